@@ -1,0 +1,49 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   - create .venv, install, run the demo on a file:// store in a temp dir
+#   make test   - create .venv, install everything (emulators too), lint, type-check, run
+#                 the whole test suite; the tests start and stop every emulator they need
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is pinned exactly: an unpinned torch pulls a multi-GB CUDA build.
+TORCH := torch==2.13.0
+AZURITE := azurite@3.35.0
+
+.PHONY: demo test test-fast lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "$(TORCH)" -e ".[torch,plot]"
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "$(TORCH)" -e ".[dev]"
+	touch $@
+
+.emulators/node_modules/.bin/azurite-blob:
+	mkdir -p .emulators
+	npm install --silent --no-audit --no-fund --prefix .emulators $(AZURITE)
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/python examples/demo.py
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check src tests conformance examples benchmarks
+	$(BIN)/ruff format --check src tests conformance examples benchmarks
+	$(BIN)/mypy
+
+test: lint .emulators/node_modules/.bin/azurite-blob
+	$(BIN)/python -m pytest
+
+test-fast: $(VENV)/.test-installed .emulators/node_modules/.bin/azurite-blob
+	$(BIN)/python -m pytest -m "not slow"
+
+bench: $(VENV)/.test-installed
+	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .emulators .pytest_cache .mypy_cache .ruff_cache

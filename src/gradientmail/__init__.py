@@ -1,0 +1,58 @@
+"""gradientmail: coordinate training nodes through the object store you already have.
+
+Public names only. ``import gradientmail`` imports no cloud SDK and no torch: backends and
+patterns load their dependencies when first used.
+"""
+
+from __future__ import annotations
+
+from gradientmail.errors import (
+    AccessDeniedError,
+    AtomicityViolationError,
+    BackendError,
+    BucketNotFoundError,
+    ConfigurationError,
+    EndpointUnreachableError,
+    GradientMailError,
+    InvalidKeyError,
+    KeyNotFoundError,
+    MissingDependencyError,
+    NotSupportedError,
+    OutcomeUnknownError,
+    TransientBackendError,
+)
+from gradientmail.mailbox import (
+    BaseMailbox,
+    Capability,
+    InvalidDataError,
+    Mailbox,
+    SupportsCompareAndSwap,
+    Version,
+)
+from gradientmail.urls import from_url
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AccessDeniedError",
+    "AtomicityViolationError",
+    "BackendError",
+    "BaseMailbox",
+    "BucketNotFoundError",
+    "Capability",
+    "ConfigurationError",
+    "EndpointUnreachableError",
+    "GradientMailError",
+    "InvalidDataError",
+    "InvalidKeyError",
+    "KeyNotFoundError",
+    "Mailbox",
+    "MissingDependencyError",
+    "NotSupportedError",
+    "OutcomeUnknownError",
+    "SupportsCompareAndSwap",
+    "TransientBackendError",
+    "Version",
+    "__version__",
+    "from_url",
+]

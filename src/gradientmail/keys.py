@@ -1,0 +1,76 @@
+"""Key rules, checked in one place for every backend.
+
+A key is a non-empty ``str`` of at most 1024 bytes in UTF-8, made of ``/``-separated
+segments. The same rules hold on every backend, so code moves from ``file://`` to ``s3://``
+unchanged. Each rejection raises :class:`~gradientmail.errors.InvalidKeyError` whose
+``rule`` names the rule broken.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gradientmail.errors import InvalidKeyError
+
+__all__ = ["MAX_KEY_BYTES", "validate_key", "validate_prefix"]
+
+MAX_KEY_BYTES = 1024
+
+# C0 controls, DEL and C1 controls. Object stores and filesystems treat these differently
+# (S3 XML listings cannot carry some of them at all), so no backend accepts them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _check_text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidKeyError(value, f"a {what} must be a str, not {type(value).__name__}")
+    match = _CONTROL.search(value)
+    if match:
+        raise InvalidKeyError(
+            value,
+            f"a {what} must not contain control characters "
+            f"(found {match.group()!r} at index {match.start()})",
+        )
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidKeyError(value, f"a {what} must be encodable as UTF-8 ({exc.reason})") from None
+    if size > MAX_KEY_BYTES:
+        raise InvalidKeyError(
+            value, f"a {what} must be at most {MAX_KEY_BYTES} bytes in UTF-8 (this one is {size})"
+        )
+    if value.startswith("/"):
+        raise InvalidKeyError(value, f"a {what} must not start with '/'")
+    return value
+
+
+def validate_key(key: object) -> str:
+    """Return ``key`` unchanged if it is a valid key, else raise ``InvalidKeyError``.
+
+    Raises:
+        InvalidKeyError: naming the rule broken: not a str, empty, over 1024 bytes,
+            not UTF-8, a leading ``/``, an empty segment, a ``.`` or ``..`` segment,
+            or a control character.
+    """
+    if key == "":
+        raise InvalidKeyError(key, "a key must not be empty")
+    text = _check_text(key, "key")
+    for index, segment in enumerate(text.split("/")):
+        if segment == "":
+            raise InvalidKeyError(
+                text, f"a key must not have an empty segment (segment {index}: '//' or trailing '/')"
+            )
+        if segment in (".", ".."):
+            raise InvalidKeyError(text, f"a key must not have a {segment!r} segment")
+    return text
+
+
+def validate_prefix(prefix: object) -> str:
+    """Return ``prefix`` unchanged if it can prefix a valid key, else raise ``InvalidKeyError``.
+
+    A prefix is a plain string prefix (``"a/"`` and ``"ab"`` are both fine, and ``""`` lists
+    everything). It follows the key rules that any prefix of a valid key follows.
+    """
+    if prefix == "":
+        return ""
+    return _check_text(prefix, "prefix")

@@ -1,0 +1,437 @@
+"""The Mailbox contract: what every backend promises, and the shared machinery behind it.
+
+A :class:`Mailbox` maps ``str`` keys to ``bytes`` in one namespace. Its essential promise is
+:meth:`Mailbox.put_if_absent`: among any number of concurrent calls on one key, from threads,
+processes or machines, exactly one returns ``True``, and afterwards every reader sees that
+call's bytes. Backends only claim this where the store itself enforces it.
+
+Backends subclass :class:`BaseMailbox` and implement a handful of primitives (``_create``,
+``_read``, ``_stat``, ``_write``, ``_delete``, ``_iter_keys`` and optionally ``_replace``).
+``BaseMailbox`` supplies, once for every backend:
+
+* key and value validation (:mod:`gradientmail.keys`);
+* the retry policy for transient failures (:class:`RetryPolicy`);
+* lost-response resolution: every conditional write carries a unique write id, and when a
+  precondition failure follows a retry or a transport error, the key is read back to decide
+  whether our own write is the one stored. If that cannot be decided,
+  :class:`~gradientmail.errors.OutcomeUnknownError` is raised; ``False``/``None`` is never
+  returned for a write that may have landed.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from gradientmail.errors import (
+    BackendError,
+    EndpointUnreachableError,
+    GradientMailError,
+    NotSupportedError,
+    OutcomeUnknownError,
+    TransientBackendError,
+)
+from gradientmail.keys import validate_key, validate_prefix
+
+__all__ = [
+    "BaseMailbox",
+    "Capability",
+    "Conflict",
+    "InvalidDataError",
+    "Mailbox",
+    "RetryPolicy",
+    "Stat",
+    "SupportsCompareAndSwap",
+    "Version",
+]
+
+
+class InvalidDataError(GradientMailError, TypeError):
+    """A value is not bytes-like. Values are ``bytes``, ``bytearray`` or ``memoryview``."""
+
+
+@dataclass(frozen=True)
+class Version:
+    """An opaque token naming one stored write of one key.
+
+    Obtained from :meth:`Mailbox.get_versioned` and passed back to
+    :meth:`Mailbox.put_if_match`. Tokens are never reused for a key by one backend (a fresh
+    write id, an S3 ETag, a GCS generation), so a stale token can never match by accident.
+    """
+
+    token: str
+
+    def __str__(self) -> str:
+        return self.token
+
+
+class Capability(enum.Enum):
+    """What a mailbox can promise. Ask with ``mailbox.supports(Capability.X)``."""
+
+    #: ``put_if_absent`` is enforced by the store itself, so exactly one concurrent caller wins.
+    ATOMIC_CREATE = "atomic-create"
+    #: ``get_versioned`` / ``put_if_match`` are available and atomic.
+    COMPARE_AND_SWAP = "compare-and-swap"
+    #: Handles in other processes (or machines) opened on the same URL see the same keys.
+    SHARED_ACROSS_PROCESSES = "shared-across-processes"
+
+
+@runtime_checkable
+class Mailbox(Protocol):
+    """A key→bytes namespace with an atomic create-if-absent.
+
+    Keys follow :func:`gradientmail.keys.validate_key`; every method raises
+    :class:`~gradientmail.errors.InvalidKeyError` for a bad key before touching the store.
+    Store failures raise :class:`~gradientmail.errors.BackendError` subclasses.
+    """
+
+    @property
+    def url(self) -> str:
+        """The mailbox's URL, never with credentials."""
+        ...
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """The capabilities this mailbox declares."""
+        ...
+
+    def supports(self, capability: Capability) -> bool:
+        """Whether this mailbox declares ``capability``."""
+        ...
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` holding ``data`` only if ``key`` does not exist.
+
+        Returns ``True`` exactly when this call's write is the one stored. Among concurrent
+        calls on one key exactly one returns ``True``. After it returns, every ``get`` and
+        ``list`` from any client sees the key with its bytes.
+
+        Raises:
+            OutcomeUnknownError: the write may or may not have been stored and reading the
+                key back could not tell. Never ``False`` for a write that may have landed.
+        """
+        ...
+
+    def get(self, key: str) -> bytes:
+        """Return the stored bytes. Raises ``KeyNotFoundError`` if the key does not exist."""
+        ...
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Every key starting with ``prefix`` (a plain string prefix), in ascending order.
+
+        Keys are streamed page by page; the listing is never gathered into one list first.
+        """
+        ...
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write ``data`` to ``key`` unconditionally, replacing any previous value."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``. Deleting a missing key is not an error."""
+        ...
+
+    def get_versioned(self, key: str) -> tuple[bytes, Version]:
+        """Return the stored bytes and the version that wrote them (compare-and-swap).
+
+        Raises:
+            KeyNotFoundError: the key does not exist.
+            NotSupportedError: the mailbox does not declare ``Capability.COMPARE_AND_SWAP``.
+        """
+        ...
+
+    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None:
+        """Replace ``key`` only if its current version is ``version``.
+
+        Returns the new version, or ``None`` (changing nothing) if the key is missing or its
+        version is not ``version``.
+
+        Raises:
+            NotSupportedError: the mailbox does not declare ``Capability.COMPARE_AND_SWAP``.
+            OutcomeUnknownError: the write may have landed and reading back could not tell.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsCompareAndSwap(Protocol):
+    """The compare-and-swap capability on its own, for code that needs only that."""
+
+    def get_versioned(self, key: str) -> tuple[bytes, Version]: ...  # noqa: D102
+
+    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None: ...  # noqa: D102
+
+
+class Conflict(enum.Enum):
+    """How a backend's conditional primitive reports that the precondition failed."""
+
+    #: The precondition failed on the only request sent: our write was certainly not stored.
+    LOST = "lost"
+    #: The precondition failed after the request was retried (by the SDK or the transport):
+    #: the earlier attempt may have stored our write, so the key must be read back.
+    AFTER_RETRY = "after-retry"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What a backend knows about a stored key without reading its value."""
+
+    version: Version
+    #: The write id stamped by the write that stored the current value, if the store kept it.
+    write_id: str | None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Jittered exponential backoff for transient failures, shared by every backend.
+
+    Attempt ``n`` (0-based) waits a uniformly random time in ``[0, min(cap, base * 2**n)]``
+    before the next attempt ("full jitter"), so racing clients spread out.
+    """
+
+    attempts: int = 5
+    base_delay: float = 0.05
+    max_delay: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        """The pause before retry number ``attempt + 1``."""
+        return random.uniform(0.0, min(self.max_delay, self.base_delay * (2**attempt)))
+
+
+def new_write_id() -> str:
+    """A unique id for one write: 32 hex digits from a random UUID."""
+    return uuid.uuid4().hex
+
+
+def as_bytes(data: object) -> bytes:
+    """Return ``data`` as ``bytes``, or raise ``InvalidDataError`` naming the type."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidDataError(
+        f"a value must be bytes, bytearray or memoryview, not {type(data).__name__}; "
+        "encode text first, e.g. value.encode('utf-8')"
+    )
+
+
+def _restore(url: str, options: Mapping[str, Any]) -> Mailbox:
+    from gradientmail.urls import from_url
+
+    return from_url(url, **options)
+
+
+class BaseMailbox(ABC):
+    """Base class for backends: validation, retries and lost-response handling in one place.
+
+    Subclasses set ``capabilities`` and implement the primitives below. Primitives receive
+    keys that are already validated, raise ``KeyNotFoundError`` for missing keys where
+    documented, and map every store failure to a ``BackendError`` subclass (transient
+    failures as ``TransientBackendError``).
+    """
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    retry_policy: ClassVar[RetryPolicy] = RetryPolicy()
+
+    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+        self._url = url
+        self._options: dict[str, Any] = dict(options or {})
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The URL this mailbox was opened with, without query options or credentials."""
+        return self._url
+
+    def supports(self, capability: Capability) -> bool:
+        """Whether this mailbox declares ``capability``."""
+        return capability in self.capabilities
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} url={self._url!r}>"
+
+    def __reduce__(self) -> tuple[Callable[..., Mailbox], tuple[str, dict[str, Any]]]:
+        # Reopen from the URL and options in the receiving process: connections, file
+        # descriptors and locks never travel.
+        return (_restore, (self._url, self._options))
+
+    def close(self) -> None:
+        """Release connections or descriptors. The mailbox reopens them if used again."""
+
+    def __enter__(self) -> BaseMailbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the public contract ----------------------------------------------------------------
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """See :meth:`Mailbox.put_if_absent`."""
+        key = validate_key(key)
+        body = as_bytes(data)
+        write_id = new_write_id()
+        outcome = self._conditional(key, write_id, lambda: self._create(key, body, write_id))
+        return outcome is not None
+
+    def get(self, key: str) -> bytes:
+        """See :meth:`Mailbox.get`."""
+        return self._read(validate_key(key))[0]
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """See :meth:`Mailbox.list`. The prefix is checked before this returns."""
+        return self._iter_keys(validate_prefix(prefix))
+
+    def put(self, key: str, data: bytes) -> None:
+        """See :meth:`Mailbox.put`."""
+        key = validate_key(key)
+        body = as_bytes(data)
+        self._with_retries(key, lambda: self._write(key, body, new_write_id()))
+
+    def delete(self, key: str) -> None:
+        """See :meth:`Mailbox.delete`."""
+        key = validate_key(key)
+        self._with_retries(key, lambda: self._delete(key))
+
+    def get_versioned(self, key: str) -> tuple[bytes, Version]:
+        """See :meth:`Mailbox.get_versioned`."""
+        key = validate_key(key)
+        self._require(Capability.COMPARE_AND_SWAP, "get_versioned")
+        return self._read(key)
+
+    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None:
+        """See :meth:`Mailbox.put_if_match`."""
+        key = validate_key(key)
+        body = as_bytes(data)
+        self._require(Capability.COMPARE_AND_SWAP, "put_if_match")
+        if not isinstance(version, Version):
+            raise InvalidDataError(
+                f"version must be a gradientmail.Version from get_versioned(), "
+                f"not {type(version).__name__}"
+            )
+        write_id = new_write_id()
+        return self._conditional(
+            key, write_id, lambda: self._replace(key, body, version, write_id), replace=True
+        )
+
+    # -- primitives for backends ------------------------------------------------------------
+
+    @abstractmethod
+    def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
+        """Store ``data`` only if ``key`` is absent, stamped with ``write_id``."""
+
+    @abstractmethod
+    def _read(self, key: str) -> tuple[bytes, Version]:
+        """Return value and version; raise ``KeyNotFoundError`` if missing."""
+
+    @abstractmethod
+    def _stat(self, key: str) -> Stat | None:
+        """Return the key's version and write id, or ``None`` if it does not exist."""
+
+    @abstractmethod
+    def _write(self, key: str, data: bytes, write_id: str) -> None:
+        """Store ``data`` unconditionally."""
+
+    @abstractmethod
+    def _delete(self, key: str) -> None:
+        """Remove ``key``; a missing key is not an error."""
+
+    @abstractmethod
+    def _iter_keys(self, prefix: str) -> Iterator[str]:
+        """Yield keys starting with ``prefix`` in ascending order, page by page."""
+
+    def _replace(self, key: str, data: bytes, version: Version, write_id: str) -> Version | Conflict:
+        """Store ``data`` only if the current version is ``version`` (``Conflict`` if not)."""
+        raise NotSupportedError(f"{type(self).__name__} does not support compare-and-swap")
+
+    # -- shared machinery -------------------------------------------------------------------
+
+    def _require(self, capability: Capability, operation: str) -> None:
+        if capability not in self.capabilities:
+            raise NotSupportedError(
+                f"{operation}() needs the {capability.value!r} capability, which "
+                f"{type(self).__name__} ({self._url}) does not declare; check "
+                f"mailbox.supports(Capability.{capability.name}) first"
+            )
+
+    def _with_retries(self, key: str, attempt: Callable[[], Any]) -> Any:
+        """Run an idempotent operation, retrying transient failures per the retry policy."""
+        policy = self.retry_policy
+        for n in range(policy.attempts):
+            try:
+                return attempt()
+            except TransientBackendError:
+                if n + 1 >= policy.attempts:
+                    raise
+                time.sleep(policy.delay(n))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _conditional(
+        self,
+        key: str,
+        write_id: str,
+        attempt: Callable[[], Version | Conflict],
+        *,
+        replace: bool = False,
+    ) -> Version | None:
+        """Run a conditional write with retries; resolve ambiguous outcomes by reading back.
+
+        Returns the stored version if our write is the one stored, ``None`` if it certainly
+        is not. Raises ``OutcomeUnknownError`` when it cannot tell.
+        """
+        policy = self.retry_policy
+        maybe_sent = False  # an earlier attempt may have reached the store
+        last_error: TransientBackendError | None = None
+        for n in range(policy.attempts):
+            try:
+                outcome = attempt()
+            except TransientBackendError as exc:
+                last_error = exc
+                # A refused connection never carried the request; anything else might have.
+                maybe_sent = maybe_sent or not isinstance(exc, EndpointUnreachableError)
+                if n + 1 < policy.attempts:
+                    time.sleep(policy.delay(n))
+                continue
+            if isinstance(outcome, Version):
+                return outcome
+            if outcome is Conflict.LOST and not maybe_sent:
+                return None
+            return self._resolve(key, write_id, replace=replace, cause=None)
+        assert last_error is not None
+        if not maybe_sent:
+            raise last_error
+        return self._resolve(key, write_id, replace=replace, cause=last_error)
+
+    def _resolve(
+        self, key: str, write_id: str, *, replace: bool, cause: BackendError | None
+    ) -> Version | None:
+        """Decide an ambiguous conditional write by reading the key's write id back."""
+        try:
+            stat = self._stat(key)
+        except BackendError as exc:
+            raise OutcomeUnknownError(
+                "a conditional write may have been stored, and reading the key back failed",
+                key=key,
+                backend=self._url,
+            ) from exc
+        if stat is not None and stat.write_id == write_id:
+            return stat.version
+        if stat is not None and not replace:
+            # Another writer's object is stored, so the store refused ours: we lost.
+            return None
+        if stat is None and not replace:
+            reason = "the key is missing, so an earlier attempt may still be in flight"
+        else:
+            reason = "the stored object is not ours, but ours may have landed and been replaced"
+        raise OutcomeUnknownError(
+            f"a conditional write failed ambiguously and {reason}",
+            key=key,
+            backend=self._url,
+        ) from cause

@@ -1,0 +1,1 @@
+"""Coordination patterns built on the mailbox, one module each."""
