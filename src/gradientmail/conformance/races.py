@@ -1,0 +1,287 @@
+"""Races with real concurrency: the evidence that a store's conditional writes are atomic.
+
+Both races run with real threads or real processes. Each process unpickles its own copy of
+the mailbox, so it has its own client, connections and descriptors, as separate machines
+would. Every racer waits on a start barrier, then all go for the same keys in the same
+order, which makes them collide on each key at nearly the same moment.
+
+* :func:`race_put_if_absent`: N racers × K keys. Exactly one ``True`` per key, and the
+  stored bytes are the winner's.
+* :func:`cas_counter`: N workers each increment one counter K times with
+  ``get_versioned``/``put_if_match``. The counter must end at exactly N×K.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+import queue
+import threading
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gradientmail.errors import GradientMailError
+from gradientmail.mailbox import Mailbox
+
+__all__ = ["CounterReport", "RaceReport", "cas_counter", "payload_for", "race_put_if_absent"]
+
+Mode = Literal["threads", "processes"]
+
+
+def payload_for(racer: str, size: int) -> bytes:
+    """The bytes racer ``racer`` writes: its name, padded to ``size`` bytes (at least the name)."""
+    head = f"{racer}|".encode()
+    if size <= len(head):
+        return head
+    return head + bytes((len(racer) + i) % 251 for i in range(size - len(head)))
+
+
+@dataclass
+class RaceReport:
+    """What a put-if-absent race saw."""
+
+    keys: list[str]
+    racers: list[str]
+    #: key → the racers whose call returned True.
+    winners: dict[str, list[str]] = field(default_factory=dict)
+    #: key → bytes read back after the race (None if the key is missing).
+    stored: dict[str, bytes | None] = field(default_factory=dict)
+    #: racer → the error that stopped it, as text.
+    errors: dict[str, str] = field(default_factory=dict)
+    payload_size: int = 16
+
+    def multiple_winners(self) -> dict[str, list[str]]:
+        """Keys that more than one racer won."""
+        return {k: w for k, w in self.winners.items() if len(w) > 1}
+
+    def no_winner(self) -> list[str]:
+        """Keys nobody won."""
+        return [k for k in self.keys if not self.winners.get(k)]
+
+    def wrong_bytes(self) -> dict[str, str]:
+        """Keys with one winner whose stored bytes are not that winner's payload."""
+        bad: dict[str, str] = {}
+        for key, won in self.winners.items():
+            if len(won) == 1 and self.stored.get(key) != payload_for(won[0], self.payload_size):
+                stored = self.stored.get(key)
+                shown = "missing" if stored is None else repr(stored[:24])
+                bad[key] = f"won by {won[0]}, but the store holds {shown}"
+        return bad
+
+    @property
+    def ok(self) -> bool:
+        """Exactly one winner per key, whose bytes are stored, and no racer failed."""
+        return not (self.multiple_winners() or self.no_winner() or self.wrong_bytes() or self.errors)
+
+    def counterexample(self) -> str | None:
+        """A one-line minimal counterexample, e.g. ``key k7: 2 winners (racer-3, racer-11)``."""
+        multiple = self.multiple_winners()
+        if multiple:
+            key = min(multiple)
+            return (
+                f"key {key.rsplit('/', 1)[-1]}: {len(multiple[key])} winners "
+                f"({', '.join(sorted(multiple[key]))}); {len(multiple)} of {len(self.keys)} "
+                "keys had more than one winner"
+            )
+        wrong = self.wrong_bytes()
+        if wrong:
+            key = min(wrong)
+            return f"key {key.rsplit('/', 1)[-1]}: {wrong[key]}"
+        missing = self.no_winner()
+        if missing:
+            return f"key {missing[0].rsplit('/', 1)[-1]}: no racer won it"
+        if self.errors:
+            racer = min(self.errors)
+            return f"{racer} failed: {self.errors[racer].strip().splitlines()[-1]}"
+        return None
+
+
+@dataclass
+class CounterReport:
+    """What a compare-and-swap counter race saw."""
+
+    workers: int
+    increments: int
+    final: int | None
+    #: worker → the error that stopped it, as text.
+    errors: dict[str, str] = field(default_factory=dict)
+    #: put_if_match calls that returned None (lost a race and retried).
+    conflicts: int = 0
+
+    @property
+    def expected(self) -> int:
+        """N × K."""
+        return self.workers * self.increments
+
+    @property
+    def ok(self) -> bool:
+        """The counter ended at exactly N × K and no worker failed."""
+        return self.final == self.expected and not self.errors
+
+    def counterexample(self) -> str | None:
+        """One line describing the failure, or None."""
+        if self.errors:
+            worker = min(self.errors)
+            return f"{worker} failed: {self.errors[worker].strip().splitlines()[-1]}"
+        if self.final != self.expected:
+            return (
+                f"counter ended at {self.final}, expected {self.workers}×{self.increments}="
+                f"{self.expected}: {self.expected - (self.final or 0)} increments lost"
+            )
+        return None
+
+
+# -- workers (module level so that processes can import them) ---------------------------------
+
+
+def _race_worker(box_bytes: bytes, name: str, keys: list[str], size: int, barrier: Any) -> Any:
+    box: Mailbox = pickle.loads(box_bytes)
+    data = payload_for(name, size)
+    barrier.wait()
+    return [(key, box.put_if_absent(key, data)) for key in keys]
+
+
+def _counter_worker(box_bytes: bytes, name: str, key: str, increments: int, barrier: Any) -> Any:
+    box: Mailbox = pickle.loads(box_bytes)
+    conflicts = 0
+    barrier.wait()
+    for _ in range(increments):
+        while True:
+            data, version = box.get_versioned(key)
+            if box.put_if_match(key, str(int(data) + 1).encode(), version) is not None:
+                break
+            conflicts += 1
+    return conflicts
+
+
+def _run_in_process(target: Callable[..., Any], args: tuple[Any, ...], out: Any) -> None:
+    name = args[1]
+    try:
+        out.put((name, True, target(*args)))
+    except BaseException:  # noqa: BLE001 - every failure must reach the parent as text
+        out.put((name, False, traceback.format_exc()))
+
+
+def _run_all(
+    target: Callable[..., Any],
+    make_args: Callable[[str, Any], tuple[Any, ...]],
+    names: list[str],
+    mode: Mode,
+    timeout: float,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Run ``target`` once per name concurrently; return (results, errors) by name."""
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    if mode == "threads":
+        barrier: Any = threading.Barrier(len(names))
+        out: queue.Queue[tuple[str, bool, Any]] = queue.Queue()
+        threads = [
+            threading.Thread(
+                target=_run_in_process, args=(target, make_args(n, barrier), out), daemon=True
+            )
+            for n in names
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout)
+        items = [out.get_nowait() for _ in range(out.qsize())]
+    elif mode == "processes":
+        ctx = mp.get_context("spawn")
+        barrier = ctx.Barrier(len(names))
+        pout = ctx.Queue()
+        procs = [
+            ctx.Process(target=_run_in_process, args=(target, make_args(n, barrier), pout))
+            for n in names
+        ]
+        for proc in procs:
+            proc.start()
+        items = []
+        try:
+            for _ in procs:
+                items.append(pout.get(timeout=timeout))
+        except queue.Empty:
+            pass
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    else:
+        raise ValueError(f"mode must be 'threads' or 'processes', not {mode!r}")
+    for name, success, value in items:
+        (results if success else errors)[name] = value
+    for name in names:
+        if name not in results and name not in errors:
+            errors[name] = f"did not finish within {timeout:.0f} s"
+    return results, errors
+
+
+def race_put_if_absent(
+    box: Mailbox,
+    *,
+    racers: int,
+    keys: int,
+    mode: Mode = "threads",
+    payload_size: int = 16,
+    prefix: str | None = None,
+    timeout: float = 600.0,
+) -> RaceReport:
+    """Race ``racers`` threads or processes for ``keys`` fresh keys under ``prefix``.
+
+    Every racer calls ``put_if_absent`` on every key, in the same order, after a shared
+    start barrier, writing :func:`payload_for` its own name. Afterwards each key is read back.
+    """
+    prefix = prefix or f"race-{uuid.uuid4().hex[:10]}"
+    key_list = [f"{prefix}/k{i}" for i in range(keys)]
+    names = [f"racer-{i}" for i in range(racers)]
+    blob = pickle.dumps(box)
+    results, errors = _run_all(
+        _race_worker,
+        lambda name, barrier: (blob, name, key_list, payload_size, barrier),
+        names,
+        mode,
+        timeout,
+    )
+    report = RaceReport(key_list, names, errors=errors, payload_size=payload_size)
+    for name, outcomes in results.items():
+        for key, won in outcomes:
+            if won:
+                report.winners.setdefault(key, []).append(name)
+    for key in key_list:
+        try:
+            report.stored[key] = box.get(key)
+        except GradientMailError:
+            report.stored[key] = None
+    return report
+
+
+def cas_counter(
+    box: Mailbox,
+    *,
+    workers: int,
+    increments: int,
+    mode: Mode = "threads",
+    key: str | None = None,
+    timeout: float = 600.0,
+) -> CounterReport:
+    """``workers`` threads or processes each increment one counter ``increments`` times."""
+    key = key or f"counter-{uuid.uuid4().hex[:10]}"
+    box.put(key, b"0")
+    names = [f"worker-{i}" for i in range(workers)]
+    blob = pickle.dumps(box)
+    results, errors = _run_all(
+        _counter_worker,
+        lambda name, barrier: (blob, name, key, increments, barrier),
+        names,
+        mode,
+        timeout,
+    )
+    try:
+        final: int | None = int(box.get(key))
+    except GradientMailError:
+        final = None
+    return CounterReport(workers, increments, final, errors, conflicts=sum(results.values()))
