@@ -60,4 +60,4 @@ def test_race_report_detects_double_winners() -> None:
     assert report.counterexample() == (
         "key k0: 2 winners (racer-0, racer-1); 1 of 2 keys had more than one winner"
     )
-    assert "k1" in report.wrong_bytes()
+    assert "p/k1" in report.wrong_bytes()

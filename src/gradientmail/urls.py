@@ -216,7 +216,7 @@ def from_url(url: str, **options: Any) -> Mailbox:
     split = split_url(url)
     merged: dict[str, Any] = dict(split.query)
     for name, value in options.items():
-        if name in merged and str(merged[name]) != str(value):
+        if name in merged and str(merged[name]).lower() != str(value).lower():
             raise ConfigurationError(
                 f"option {name!r} is given both in the URL and as a keyword argument, "
                 "with different values; give it once"
