@@ -73,8 +73,10 @@ def main() -> None:
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="gm-claims-", dir=args.dir)
     print(f"put_if_absent on file:// vs bare O_CREAT|O_EXCL, {args.keys} fresh keys, in {base}")
-    print(f"{'procs':>5} {'floor/s':>10} {'fsync=false/s':>14} {'ratio':>6} "
-          f"{'fsync=true/s':>13} {'ratio':>6}")
+    print(
+        f"{'procs':>5} {'floor/s':>10} {'fsync=false/s':>14} {'ratio':>6} "
+        f"{'fsync=true/s':>13} {'ratio':>6}"
+    )
     try:
         for procs in (int(p) for p in args.procs.split(",")):
             rates = {}

@@ -143,8 +143,17 @@ def test_list_pages_past_a_thousand_keys(box: Mailbox) -> None:
         "dots.in.name/..ok/.hidden",
         "tilde~and=equals&amp;?q#h",
     ],
-    ids=["space", "percent", "plus", "unicode", "emoji", "1024-bytes", "long-segment", "dots",
-         "url-chars"],
+    ids=[
+        "space",
+        "percent",
+        "plus",
+        "unicode",
+        "emoji",
+        "1024-bytes",
+        "long-segment",
+        "dots",
+        "url-chars",
+    ],
 )
 def test_unusual_valid_keys_round_trip(box: Mailbox, key: str) -> None:
     assert box.put_if_absent(key, key.encode())

@@ -147,7 +147,7 @@ def test_traversal_keys_are_rejected_and_nothing_changes(tmp_path: Path, key: st
     root = tmp_path / "root"
     box = FileMailbox(str(root))
     before = _snapshot(tmp_path)
-    with pytest.raises(ValueError, match="segment|start with"):
+    with pytest.raises(ValueError, match=r"segment|start with"):
         box.put(key, b"escape")
     assert _snapshot(tmp_path) == before
 

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 #: subcommand → (module, one-line help). Each module has ``add_arguments(parser)`` and
 #: ``run(args) -> int``.
@@ -31,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status."""
     parser = argparse.ArgumentParser(prog="gradientmail", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    modules = {}
+    modules: dict[str, ModuleType] = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         if importlib.util.find_spec(module_name) is None:
@@ -40,13 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         module.add_arguments(sub_parser)
         modules[name] = module
     args = parser.parse_args(argv)
-    module = modules.get(args.command)
-    if module is None:
+    chosen = modules.get(args.command)
+    if chosen is None:
         parser.error(f"the {args.command!r} command is not available in this installation")
     from gradientmail.errors import GradientMailError
 
     try:
-        return int(module.run(args))
+        return int(chosen.run(args))
     except GradientMailError as exc:
         print(f"gradientmail {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -34,7 +34,9 @@ def _check_text(value: object, what: str) -> str:
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise InvalidKeyError(value, f"a {what} must be encodable as UTF-8 ({exc.reason})") from None
+        raise InvalidKeyError(
+            value, f"a {what} must be encodable as UTF-8 ({exc.reason})"
+        ) from None
     if size > MAX_KEY_BYTES:
         raise InvalidKeyError(
             value, f"a {what} must be at most {MAX_KEY_BYTES} bytes in UTF-8 (this one is {size})"
@@ -58,7 +60,8 @@ def validate_key(key: object) -> str:
     for index, segment in enumerate(text.split("/")):
         if segment == "":
             raise InvalidKeyError(
-                text, f"a key must not have an empty segment (segment {index}: '//' or trailing '/')"
+                text,
+                f"a key must not have an empty segment (segment {index}: '//' or trailing '/')",
             )
         if segment in (".", ".."):
             raise InvalidKeyError(text, f"a key must not have a {segment!r} segment")

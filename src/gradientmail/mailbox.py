@@ -163,9 +163,9 @@ class Mailbox(Protocol):
 class SupportsCompareAndSwap(Protocol):
     """The compare-and-swap capability on its own, for code that needs only that."""
 
-    def get_versioned(self, key: str) -> tuple[bytes, Version]: ...  # noqa: D102
+    def get_versioned(self, key: str) -> tuple[bytes, Version]: ...
 
-    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None: ...  # noqa: D102
+    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None: ...
 
 
 class Conflict(enum.Enum):
@@ -262,7 +262,7 @@ class BaseMailbox(ABC):
         # descriptors and locks never travel.
         return (_restore, (self._url, self._options))
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing
         """Release connections or descriptors. The mailbox reopens them if used again."""
 
     def __enter__(self) -> BaseMailbox:
@@ -347,7 +347,9 @@ class BaseMailbox(ABC):
     def _iter_keys(self, prefix: str) -> Iterator[str]:
         """Yield keys starting with ``prefix`` in ascending order, page by page."""
 
-    def _replace(self, key: str, data: bytes, version: Version, write_id: str) -> Version | Conflict:
+    def _replace(
+        self, key: str, data: bytes, version: Version, write_id: str
+    ) -> Version | Conflict:
         """Store ``data`` only if the current version is ``version`` (``Conflict`` if not)."""
         raise NotSupportedError(f"{type(self).__name__} does not support compare-and-swap")
 

@@ -135,7 +135,9 @@ def parse_options(
         try:
             result[name] = accepted[name](raw)
         except (TypeError, ValueError) as exc:
-            raise ConfigurationError(f"option {name!r} for {backend}:// is invalid: {exc}") from None
+            raise ConfigurationError(
+                f"option {name!r} for {backend}:// is invalid: {exc}"
+            ) from None
     return result
 
 

@@ -46,7 +46,7 @@ import stat as stat_mod
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -205,7 +205,9 @@ class FileMailbox(BaseMailbox):
         stripe = hashlib.blake2b(key.encode("utf-8"), digest_size=2).digest()[0]
         _, _, locks = self._dirs()
         with _PROCESS_LOCKS[stripe]:
-            fd = os.open(f"{stripe:02x}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644, dir_fd=locks)
+            fd = os.open(
+                f"{stripe:02x}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644, dir_fd=locks
+            )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
@@ -245,7 +247,9 @@ class FileMailbox(BaseMailbox):
         """Write header and data to a new file in .tmp/, fsynced; return its name."""
         _, staging, _ = self._dirs()
         name = f"{_HOST}.{os.getpid()}.{uuid.uuid4().hex}"
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=staging)
+        fd = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=staging
+        )
         try:
             view = memoryview(_header(write_id) + data)
             while view:
@@ -365,7 +369,9 @@ class FileMailbox(BaseMailbox):
         except OSError as exc:
             raise self._map(exc, key) from exc
 
-    def _replace(self, key: str, data: bytes, version: Version, write_id: str) -> Version | Conflict:
+    def _replace(
+        self, key: str, data: bytes, version: Version, write_id: str
+    ) -> Version | Conflict:
         try:
             with self._locked(key):
                 current = self._stat(key)
@@ -381,7 +387,9 @@ class FileMailbox(BaseMailbox):
     def _iter_keys(self, prefix: str) -> Iterator[str]:
         return self._walk(None, "", "", prefix)
 
-    def _walk(self, parent: int | None, name: str, base: str, prefix: str) -> Iterator[str]:
+    def _walk(
+        self, parent: int | None, name: str, base: str, prefix: str
+    ) -> Generator[str, None, None]:
         """Yield keys below directory ``name`` of ``parent`` (the root if ``parent`` is None).
 
         Every key below starts with ``base``. Children are merged lazily by a heap keyed on
@@ -399,7 +407,7 @@ class FileMailbox(BaseMailbox):
             if parent is None:
                 raise self._map(exc, None) from exc
             return  # vanished, or a planted symlink: never followed
-        heap: list[tuple[str, int, int, Iterator[str] | None, str]] = []
+        heap: list[tuple[str, int, int, Generator[str, None, None] | None, str]] = []
         try:
             for order, entry in enumerate(os.listdir(fd)):
                 stem, suffix = entry[:-2], entry[-2:]

@@ -103,7 +103,9 @@ class MemoryMailbox(BaseMailbox):
                 index = bisect.bisect_left(store.sorted_keys, key)
                 del store.sorted_keys[index]
 
-    def _replace(self, key: str, data: bytes, version: Version, write_id: str) -> Version | Conflict:
+    def _replace(
+        self, key: str, data: bytes, version: Version, write_id: str
+    ) -> Version | Conflict:
         store = self._store
         with store.lock:
             entry = store.values.get(key)

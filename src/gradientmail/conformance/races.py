@@ -74,7 +74,9 @@ class RaceReport:
     @property
     def ok(self) -> bool:
         """Exactly one winner per key, whose bytes are stored, and no racer failed."""
-        return not (self.multiple_winners() or self.no_winner() or self.wrong_bytes() or self.errors)
+        return not (
+            self.multiple_winners() or self.no_winner() or self.wrong_bytes() or self.errors
+        )
 
     def counterexample(self) -> str | None:
         """A one-line minimal counterexample, e.g. ``key k7: 2 winners (racer-3, racer-11)``."""
