@@ -160,7 +160,8 @@ class AzureMailbox(BaseMailbox):
                 f"Azure URL {url!r} has an invalid container name {split.netloc!r}: container "
                 f"names are 3-63 lowercase letters, digits and single hyphens; {_EXAMPLE}"
             )
-        prefix = split.path.strip("/")
+        # One leading "/" separates the prefix; one trailing "/" is conventional.
+        prefix = split.path.removeprefix("/").removesuffix("/")
         if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
             raise ConfigurationError(
                 f"Azure URL {url!r} has an empty, '.' or '..' segment in its prefix; {_EXAMPLE}"

@@ -138,7 +138,8 @@ class GCSMailbox(BaseMailbox):
                 f"GCS URL {url!r} has an invalid bucket name {split.netloc!r}: bucket names are "
                 f"3-222 lowercase letters, digits, '-', '_' or '.'; {example}"
             )
-        prefix = split.path.strip("/")
+        # One leading "/" separates the prefix; one trailing "/" is conventional.
+        prefix = split.path.removeprefix("/").removesuffix("/")
         if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
             raise ConfigurationError(
                 f"GCS URL {url!r} has an empty, '.' or '..' segment in its prefix; {example}"

@@ -1,0 +1,234 @@
+"""gs:// against fake-gcs-server: races, lost responses, configuration and error mapping.
+
+The contract itself (every operation, keys, listing, CAS) runs on GCS through the ``box``
+fixture in test_contract.py; this file covers what is specific to the GCS backend.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import pytest
+
+from gradientmail import from_url
+from gradientmail.conformance.races import cas_counter, race_put_if_absent
+from gradientmail.errors import (
+    AccessDeniedError,
+    BucketNotFoundError,
+    ConfigurationError,
+    EndpointUnreachableError,
+    KeyNotFoundError,
+)
+from gradientmail.mailbox import BaseMailbox, Capability
+from tests.emulators import free_port
+from tests.rigs import Rig
+
+pytestmark = pytest.mark.emulator
+
+
+def _assert_one_winner_per_key(report: object) -> None:
+    from gradientmail.conformance.races import RaceReport
+
+    assert isinstance(report, RaceReport)
+    assert report.errors == {}, report.counterexample()
+    assert report.multiple_winners() == {}, report.counterexample()
+    assert report.no_winner() == [], report.counterexample()
+    assert report.wrong_bytes() == {}, report.counterexample()
+    assert sum(len(won) for won in report.winners.values()) == len(report.keys)
+
+
+# -- races ------------------------------------------------------------------------------------
+
+
+def test_16_threads_race_for_200_keys(rig_gcs: Rig) -> None:
+    report = race_put_if_absent(rig_gcs.fresh(), racers=16, keys=200, mode="threads")
+    _assert_one_winner_per_key(report)
+
+
+def test_4_processes_race_for_200_keys(rig_gcs: Rig) -> None:
+    report = race_put_if_absent(rig_gcs.fresh(), racers=4, keys=200, mode="processes")
+    _assert_one_winner_per_key(report)
+
+
+def test_cas_counter_with_8_threads(rig_gcs: Rig) -> None:
+    report = cas_counter(rig_gcs.fresh(), workers=8, increments=10, mode="threads")
+    assert report.ok, report.counterexample()
+
+
+def test_cas_counter_with_4_processes(rig_gcs: Rig) -> None:
+    report = cas_counter(rig_gcs.fresh(), workers=4, increments=10, mode="processes")
+    assert report.ok, report.counterexample()
+
+
+# -- layout and versions ----------------------------------------------------------------------
+
+
+def test_keys_live_under_the_url_prefix_and_list_relative_to_it(rig_gcs: Rig) -> None:
+    url = rig_gcs.url()
+    outer = from_url(url, **(rig_gcs.options or {}))
+    inner = from_url(url + "/inner", **(rig_gcs.options or {}))
+    assert inner.put_if_absent("a/b", b"1")
+    assert outer.get("inner/a/b") == b"1"
+    assert list(inner.list()) == ["a/b"]
+    assert list(outer.list("inner/")) == ["inner/a/b"]
+
+
+def test_version_is_the_object_generation_and_carries_the_write_id(rig_gcs: Rig) -> None:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    box = rig_gcs.fresh()
+    assert isinstance(box, BaseMailbox)
+    box.put_if_absent("k", b"v")
+    _, version = box.get_versioned("k")
+    client = storage.Client(
+        project=None,
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": (rig_gcs.options or {})["emulator_host"]},
+    )
+    blob = client.bucket(box.bucket).get_blob(box.prefix + "k")  # type: ignore[attr-defined]
+    assert version.token == str(blob.generation)
+    assert len(blob.metadata["gradientmail_write_id"]) == 32
+
+
+def test_capabilities(rig_gcs: Rig) -> None:
+    box = rig_gcs.fresh()
+    for capability in Capability:
+        assert box.supports(capability)
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "complaint"),
+    [
+        ("gs://", "names no bucket"),
+        ("gs:///prefix", "names no bucket"),
+        ("gs://Upper_Case", "invalid bucket name"),
+        ("gs://ab", "invalid bucket name"),
+        ("gs://bucket/a/../b", "'..' segment"),
+        ("gcs://bucket//x", "empty"),
+    ],
+)
+def test_malformed_url_is_a_configuration_error(url: str, complaint: str) -> None:
+    with pytest.raises(ConfigurationError, match=complaint) as caught:
+        from_url(url, emulator_host="http://127.0.0.1:9")
+    assert "gs://" in str(caught.value)  # shows the accepted form
+
+
+def test_unknown_option_lists_the_accepted_ones() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        from_url("gs://bucket/p", emulator_host="http://127.0.0.1:9", endpoint="x")
+    message = str(caught.value)
+    assert "'endpoint'" in message
+    for accepted in ("project", "emulator_host", "connect_timeout", "read_timeout"):
+        assert accepted in message
+
+
+def test_invalid_timeout_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="read_timeout"):
+        from_url("gs://bucket/p", emulator_host="http://127.0.0.1:9", read_timeout="-1")
+
+
+def test_options_work_as_url_query_parameters(rig_gcs: Rig, gcs_endpoint: str) -> None:
+    url = rig_gcs.url()
+    box = from_url(f"{url}?emulator_host={gcs_endpoint}&read_timeout=30")
+    assert box.put_if_absent("k", b"v")
+    assert box.url == url  # options never show in the URL
+
+
+def test_gcs_scheme_alias_reaches_the_same_objects(rig_gcs: Rig) -> None:
+    url = rig_gcs.url()
+    gs = from_url(url, **(rig_gcs.options or {}))
+    gcs = from_url("gcs://" + url.removeprefix("gs://"), **(rig_gcs.options or {}))
+    assert gs.put_if_absent("k", b"v")
+    assert gcs.get("k") == b"v"
+
+
+def test_storage_emulator_host_is_honoured(
+    rig_gcs: Rig, gcs_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = rig_gcs.url()
+    from_url(url, **(rig_gcs.options or {})).put("k", b"written-with-the-option")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_endpoint.removeprefix("http://"))
+    box = from_url(url)  # no emulator_host option: the environment variable decides
+    assert box.get("k") == b"written-with-the-option"
+    assert box.put_if_absent("k2", b"v")
+
+
+def test_missing_credentials_raise_access_denied_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", f"{tmp_path}/no-such-key.json")
+    with pytest.raises(AccessDeniedError) as caught:
+        from_url("gs://some-bucket/run1", project="p")
+    message = str(caught.value)
+    assert "gs://some-bucket/run1" in message
+    assert "gcloud auth application-default login" in message
+
+
+# -- error mapping ----------------------------------------------------------------------------
+
+
+def test_nonexistent_bucket_is_reported_by_every_operation(gcs_endpoint: str) -> None:
+    box = from_url("gs://no-such-bucket/run1", emulator_host=gcs_endpoint)
+    operations = [
+        lambda: box.put_if_absent("k", b"v"),
+        lambda: box.get("k"),
+        lambda: list(box.list()),
+        lambda: box.delete("k"),
+        lambda: box.put("k", b"v"),
+    ]
+    for operation in operations:
+        with pytest.raises(BucketNotFoundError) as caught:
+            operation()
+        message = str(caught.value)
+        assert "'no-such-bucket' does not exist" in message
+        assert "gcloud storage buckets create gs://no-such-bucket" in message
+        assert "gs://no-such-bucket/run1" in message
+
+
+def test_missing_key_in_an_existing_bucket_is_key_not_found(rig_gcs: Rig) -> None:
+    box = rig_gcs.fresh()
+    with pytest.raises(KeyNotFoundError):
+        box.get("missing")
+
+
+def test_nothing_listening_fails_fast_with_endpoint_unreachable() -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    box = from_url("gs://bucket/run1", emulator_host=endpoint)
+    started = time.monotonic()
+    with pytest.raises(EndpointUnreachableError) as caught:
+        box.put_if_absent("k", b"v")
+    assert time.monotonic() - started < 10
+    assert endpoint in str(caught.value)
+    assert isinstance(caught.value, ConnectionError)  # `except ConnectionError` works too
+
+
+# -- identity ---------------------------------------------------------------------------------
+
+
+def test_repr_and_url_show_no_options(rig_gcs: Rig, gcs_endpoint: str) -> None:
+    url = rig_gcs.url()
+    box = from_url(url, emulator_host=gcs_endpoint, project="secret-project-name")
+    assert repr(box) == f"<GCSMailbox url={url!r}>"
+    assert "secret-project-name" not in repr(box)
+
+
+def test_pickled_mailbox_reopens_with_its_options(rig_gcs: Rig) -> None:
+    box = rig_gcs.fresh()
+    box.put_if_absent("k", b"v")
+    clone = pickle.loads(pickle.dumps(box))
+    assert clone.get("k") == b"v"
+    assert clone.put_if_absent("k", b"other") is False
+
+
+def test_closed_mailbox_reconnects_on_next_use(rig_gcs: Rig) -> None:
+    box = rig_gcs.fresh()
+    assert isinstance(box, BaseMailbox)
+    box.put_if_absent("k", b"v")
+    box.close()
+    assert box.get("k") == b"v"
