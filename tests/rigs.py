@@ -55,23 +55,26 @@ def rig_file(tmp_path_factory: pytest.TempPathFactory) -> Rig:
     return Rig("file", "file://" + str(tmp_path_factory.mktemp("file-rig")))
 
 
-def _emulated() -> dict[str, str]:
+def all_rigs() -> dict[str, str]:
+    """Rig name → session fixture name, for every backend the contract runs on."""
     from tests.emulators import azure, gcs, s3
 
-    rigs: dict[str, str] = {}
+    rigs = {"memory": "rig_memory", "file": "rig_file"}
     for module in (s3, gcs, azure):
         rigs.update(module.RIGS)
     return rigs
 
 
-#: rig name → session fixture name, for every backend the contract runs on.
-ALL_RIGS: dict[str, str] = {"memory": "rig_memory", "file": "rig_file", **_emulated()}
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that uses ``rig`` (or ``box``) once per backend."""
+    if "rig" in metafunc.fixturenames:
+        metafunc.parametrize("rig", list(all_rigs()), indirect=True)
 
 
-@pytest.fixture(params=sorted(ALL_RIGS, key=list(ALL_RIGS).index))
+@pytest.fixture
 def rig(request: pytest.FixtureRequest) -> Rig:
-    """Every backend, one at a time."""
-    return request.getfixturevalue(ALL_RIGS[request.param])  # type: ignore[no-any-return]
+    """Every backend, one at a time (parametrized by ``pytest_generate_tests``)."""
+    return request.getfixturevalue(all_rigs()[request.param])  # type: ignore[no-any-return]
 
 
 @pytest.fixture
