@@ -29,11 +29,14 @@ Guarantees
     * ``put_if_absent`` is ``PutObject`` with ``If-None-Match: *``: the store itself
       refuses a second object, so exactly one concurrent creator wins, across machines.
     * Compare-and-swap uses the object's ETag as the :class:`Version` token
-      (``If-Match: <etag>``). S3 ETags of single-part uploads are content hashes, so a
-      token read before another writer stored *identical bytes* still matches: the swap is
-      a compare-and-swap on the stored value, which is all a caller can observe.
-    * Every write carries a fresh write id in the object metadata
-      (``x-amz-meta-gm-write-id``). botocore retries dropped connections and 5xx itself;
+      (``If-Match: <etag>``).
+    * Every write carries a fresh write id (32 hex digits) twice: in the object metadata
+      (``x-amz-meta-gm-write-id``), for reading back, and appended to the stored bytes.
+      S3 ETags are hashes of the stored bytes, so without the trailer rewriting identical
+      bytes would repeat a version, and a stale token would match. ``get`` strips the
+      trailer; objects written by other tools (without the metadata field) read as stored.
+      Other S3 clients reading the bucket directly see the 32 extra bytes.
+    * botocore retries dropped connections and 5xx itself;
       a 412 that answers a retried request (or a request after a possibly delivered one)
       is reported as ``Conflict.AFTER_RETRY``, and the key is read back to decide.
     * ``list`` uses ``ListObjectsV2`` pages, fetched lazily one at a time; keys outside
@@ -427,6 +430,19 @@ class S3Mailbox(BaseMailbox):
     def _name(self, key: str) -> str:
         return self._base + key
 
+    def _put_request(self, key: str, data: bytes, write_id: str) -> dict[str, Any]:
+        """PutObject arguments storing ``data`` stamped with ``write_id``.
+
+        The write id goes into the metadata (for read-back) and after the value (so that
+        the ETag, a hash of the stored bytes, differs for every write).
+        """
+        return {
+            "Bucket": self.bucket,
+            "Key": self._name(key),
+            "Body": data + write_id.encode("ascii"),
+            "Metadata": {WRITE_ID_METADATA: write_id},
+        }
+
     # -- primitives -------------------------------------------------------------------------
 
     def _conditional_put(
@@ -435,15 +451,8 @@ class S3Mailbox(BaseMailbox):
         """PutObject with an ``IfNoneMatch`` or ``IfMatch`` condition, outcome classified."""
         client = self._client()
         self._attempts.delivered = 0
-        request: dict[str, Any] = {
-            "Bucket": self.bucket,
-            "Key": self._name(key),
-            "Body": data,
-            "Metadata": {WRITE_ID_METADATA: write_id},
-            **condition,
-        }
         try:
-            response = client.put_object(**request)
+            response = client.put_object(**self._put_request(key, data, write_id), **condition)  # type: ignore[arg-type]
         except Exception as exc:
             status, code = _status(exc)
             # 412: the precondition failed. 404 on If-Match: the key is gone (a stale version).
@@ -479,6 +488,17 @@ class S3Mailbox(BaseMailbox):
             if _status(exc) == (404, "NoSuchKey"):
                 raise KeyNotFoundError(key, self.url) from None
             raise self._map_error(exc, key) from exc
+        write_id = response.get("Metadata", {}).get(WRITE_ID_METADATA)
+        if write_id is not None:  # written by gradientmail: strip the write-id trailer
+            trailer = write_id.encode("ascii", "replace")
+            if not data.endswith(trailer):
+                raise BackendError(
+                    f"object {self._name(key)!r} carries a {WRITE_ID_METADATA} metadata field "
+                    "but not the matching trailer; it was changed outside gradientmail",
+                    key=key,
+                    backend=self.url,
+                )
+            data = data[: len(data) - len(trailer)]
         return data, Version(response["ETag"])
 
     def _stat(self, key: str) -> Stat | None:
@@ -494,12 +514,7 @@ class S3Mailbox(BaseMailbox):
 
     def _write(self, key: str, data: bytes, write_id: str) -> None:
         try:
-            self._client().put_object(
-                Bucket=self.bucket,
-                Key=self._name(key),
-                Body=data,
-                Metadata={WRITE_ID_METADATA: write_id},
-            )
+            self._client().put_object(**self._put_request(key, data, write_id))
         except Exception as exc:
             raise self._map_error(exc, key) from exc
 
