@@ -1,0 +1,434 @@
+"""az:// against Azurite: races, lost responses, configuration, error mapping and secrets.
+
+The contract itself (every operation, keys, listing, CAS) runs on Azure through the ``box``
+fixture in test_contract.py; this file covers what is specific to the Azure backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+import traceback
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from gradientmail import Mailbox, from_url
+from gradientmail.conformance.races import cas_counter, race_put_if_absent
+from gradientmail.errors import (
+    AccessDeniedError,
+    BucketNotFoundError,
+    ConfigurationError,
+    EndpointUnreachableError,
+    GradientMailError,
+    KeyNotFoundError,
+    OutcomeUnknownError,
+)
+from gradientmail.mailbox import BaseMailbox, Capability
+from tests.emulators import free_port
+from tests.emulators.azure import AZURITE_KEY, CONTAINER, connection_string
+from tests.faultproxy import FaultProxy, match
+from tests.rigs import Rig
+
+pytestmark = pytest.mark.emulator
+
+#: A well-formed account key that Azurite does not accept; it must never leak anywhere.
+WRONG_KEY = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3Jvbmc9PQ=="
+
+
+def _assert_one_winner_per_key(report: object) -> None:
+    from gradientmail.conformance.races import RaceReport
+
+    assert isinstance(report, RaceReport)
+    assert report.errors == {}, report.counterexample()
+    assert report.multiple_winners() == {}, report.counterexample()
+    assert report.no_winner() == [], report.counterexample()
+    assert report.wrong_bytes() == {}, report.counterexample()
+    assert sum(len(won) for won in report.winners.values()) == len(report.keys)
+
+
+def _everything_said(error: BaseException) -> str:
+    """The error's message, repr and whole traceback, chained causes included."""
+    formatted = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return f"{error}\n{error!r}\n{formatted}"
+
+
+# -- races ------------------------------------------------------------------------------------
+
+
+def test_16_threads_race_for_200_keys(rig_azure: Rig) -> None:
+    report = race_put_if_absent(rig_azure.fresh(), racers=16, keys=200, mode="threads")
+    _assert_one_winner_per_key(report)
+
+
+def test_4_processes_race_for_200_keys(rig_azure: Rig) -> None:
+    report = race_put_if_absent(rig_azure.fresh(), racers=4, keys=200, mode="processes")
+    _assert_one_winner_per_key(report)
+
+
+def test_cas_counter_with_8_threads(rig_azure: Rig) -> None:
+    report = cas_counter(rig_azure.fresh(), workers=8, increments=10, mode="threads")
+    assert report.ok, report.counterexample()
+
+
+def test_cas_counter_with_4_processes(rig_azure: Rig) -> None:
+    report = cas_counter(rig_azure.fresh(), workers=4, increments=10, mode="processes")
+    assert report.ok, report.counterexample()
+
+
+# -- lost responses and transient failures, injected between the SDK and the emulator ---------
+
+#: A conditional create: Put Blob with If-None-Match: *.
+CREATE = match(method="PUT", headers={"if-none-match": r"^\*$"})
+#: A compare-and-swap: Put Blob with If-Match: <etag>.
+SWAP = match(method="PUT", headers={"if-match": "."})
+READ_BACK = match(method="HEAD")
+
+
+def _azure_error(status: int, code: str) -> dict[str, object]:
+    body = (
+        f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code>'
+        "<Message>injected by the test proxy</Message></Error>"
+    ).encode()
+    return {
+        "status": status,
+        "body": body,
+        "headers": {"x-ms-error-code": code, "Content-Type": "application/xml"},
+    }
+
+
+@pytest.fixture
+def proxy(azure_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(azure_endpoint) as running:
+        yield running
+
+
+@pytest.fixture
+def proxied(rig_azure: Rig, proxy: FaultProxy) -> Mailbox:
+    """A fresh mailbox whose every request passes through ``proxy``."""
+    return from_url(rig_azure.url(), connection_string=connection_string(proxy.url))
+
+
+def test_lost_response_to_a_create_that_landed_returns_true(
+    proxied: Mailbox, proxy: FaultProxy
+) -> None:
+    dropped = proxy.drop_response(CREATE)
+    assert proxied.put_if_absent("k", b"mine") is True
+    assert dropped.upstream_statuses == [201]  # the store committed the first attempt
+    assert proxy.count(CREATE) == 2  # the retry met our own blob (409) ...
+    assert proxy.count(READ_BACK) == 1  # ... and the write id was read back
+    assert proxied.get("k") == b"mine"
+
+
+def test_lost_response_to_a_create_that_lost_returns_false(
+    proxied: Mailbox, proxy: FaultProxy
+) -> None:
+    assert proxied.put_if_absent("k", b"theirs")
+    dropped = proxy.drop_response(CREATE)
+    assert proxied.put_if_absent("k", b"mine") is False
+    assert dropped.upstream_statuses == [409]
+    assert proxied.get("k") == b"theirs"
+
+
+def test_conflict_on_the_only_attempt_is_a_loss_without_read_back(
+    proxied: Mailbox, proxy: FaultProxy
+) -> None:
+    assert proxied.put_if_absent("k", b"first")
+    before = len(proxy.requests)
+    assert proxied.put_if_absent("k", b"second") is False
+    assert len(proxy.requests) == before + 1  # one Put Blob, answered 409; nothing read back
+
+
+def test_412_condition_not_met_on_create_is_a_loss_too(proxied: Mailbox, proxy: FaultProxy) -> None:
+    proxy.respond(when=CREATE, **_azure_error(412, "ConditionNotMet"))  # type: ignore[arg-type]
+    assert proxied.put_if_absent("k", b"mine") is False
+    assert proxy.count(READ_BACK) == 0
+
+
+def test_if_match_on_a_missing_blob_answered_404_is_a_stale_version(
+    proxied: Mailbox, proxy: FaultProxy
+) -> None:
+    proxied.put("k", b"1")
+    _, version = proxied.get_versioned("k")
+    proxy.respond(when=SWAP, **_azure_error(404, "BlobNotFound"))  # type: ignore[arg-type]
+    assert proxied.put_if_match("k", b"2", version) is None
+    assert proxied.get("k") == b"1"
+
+
+def test_lost_response_to_a_swap_that_landed_returns_the_new_version(
+    proxied: Mailbox, proxy: FaultProxy
+) -> None:
+    proxied.put("k", b"1")
+    _, version = proxied.get_versioned("k")
+    dropped = proxy.drop_response(SWAP)
+    new = proxied.put_if_match("k", b"2", version)
+    assert dropped.upstream_statuses == [201]
+    assert new is not None
+    assert proxied.get_versioned("k") == (b"2", new)
+
+
+def test_ambiguous_create_that_cannot_be_read_back_raises_outcome_unknown(
+    proxied: Mailbox, proxy: FaultProxy
+) -> None:
+    proxy.drop_response(match(), times=None)  # every response is lost, read-backs included
+    with pytest.raises(OutcomeUnknownError) as caught:
+        proxied.put_if_absent("k", b"mine")
+    assert "'k'" in str(caught.value)
+    proxy.clear()
+    assert proxied.get("k") == b"mine"  # it had landed: False would have been a lie
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_transient_server_error_on_create_is_retried(
+    proxied: Mailbox, proxy: FaultProxy, status: int
+) -> None:
+    failed = proxy.fail(CREATE, status=status)
+    assert proxied.put_if_absent("k", b"mine") is True
+    assert failed.hits == 1
+    assert proxy.count(CREATE) == 2
+    assert proxied.get("k") == b"mine"
+
+
+def test_transient_errors_on_reads_and_listing_are_retried(
+    proxied: Mailbox, proxy: FaultProxy
+) -> None:
+    proxied.put("k", b"v")
+    proxy.fail(match(method="GET"), status=503, times=2)
+    assert proxied.get("k") == b"v"
+    proxy.fail(match(method="GET", path=r"comp=list"), status=500)
+    assert list(proxied.list()) == ["k"]
+
+
+# -- layout and versions ----------------------------------------------------------------------
+
+
+def test_keys_live_under_the_url_prefix_and_list_relative_to_it(rig_azure: Rig) -> None:
+    url = rig_azure.url()
+    outer = from_url(url, **(rig_azure.options or {}))
+    inner = from_url(url + "/inner", **(rig_azure.options or {}))
+    assert inner.put_if_absent("a/b", b"1")
+    assert outer.get("inner/a/b") == b"1"
+    assert list(inner.list()) == ["a/b"]
+    assert list(outer.list("inner/")) == ["inner/a/b"]
+
+
+def test_version_is_the_etag_and_the_blob_carries_the_write_id(
+    rig_azure: Rig, azure_endpoint: str
+) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    box = rig_azure.fresh()
+    assert isinstance(box, BaseMailbox)
+    box.put_if_absent("k", b"v")
+    _, version = box.get_versioned("k")
+    service = BlobServiceClient.from_connection_string(connection_string(azure_endpoint))
+    name = box.prefix + "k"  # type: ignore[attr-defined]
+    properties = service.get_blob_client(CONTAINER, name).get_blob_properties()
+    assert version.token == properties.etag
+    assert len(properties.metadata["gradientmail_write_id"]) == 32
+
+
+def test_capabilities(rig_azure: Rig) -> None:
+    box = rig_azure.fresh()
+    for capability in Capability:
+        assert box.supports(capability)
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "complaint"),
+    [
+        ("az://", "names no container"),
+        ("az:///prefix", "names no container"),
+        ("az://Upper", "invalid container name"),
+        ("az://under_score", "invalid container name"),
+        ("az://ab", "invalid container name"),
+        ("az://double--hyphen", "invalid container name"),
+        ("az://container/a/../b", "'..' segment"),
+        ("az://container//x", "empty"),
+    ],
+)
+def test_malformed_url_is_a_configuration_error(url: str, complaint: str) -> None:
+    with pytest.raises(ConfigurationError, match=complaint) as caught:
+        from_url(url, connection_string=connection_string("http://127.0.0.1:9"))
+    assert "az://" in str(caught.value)  # shows the accepted form
+    assert AZURITE_KEY not in str(caught.value)
+
+
+def test_unknown_option_lists_the_accepted_ones() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        from_url("az://container/p", account_key=AZURITE_KEY)
+    message = str(caught.value)
+    assert "'account_key'" in message
+    for accepted in ("connection_string", "account_url", "connect_timeout", "read_timeout"):
+        assert accepted in message
+    assert AZURITE_KEY not in message
+
+
+def test_connection_string_and_account_url_together_are_rejected() -> None:
+    with pytest.raises(ConfigurationError, match="not both") as caught:
+        from_url(
+            "az://container/p",
+            connection_string=connection_string("http://127.0.0.1:9"),
+            account_url="http://127.0.0.1:9/devstoreaccount1",
+        )
+    assert AZURITE_KEY not in _everything_said(caught.value)
+
+
+def test_no_account_configured_names_the_ways_to_configure_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
+    with pytest.raises(ConfigurationError) as caught:
+        from_url("az://container/p")
+    message = str(caught.value)
+    for way in ("AZURE_STORAGE_CONNECTION_STRING", "connection_string", "account_url"):
+        assert way in message
+
+
+def test_malformed_connection_string_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    malformed = f"AccountKey={WRONG_KEY};this is not a connection string"
+    with pytest.raises(ConfigurationError, match="malformed") as caught:
+        from_url("az://container/p", connection_string=malformed)
+    assert WRONG_KEY not in _everything_said(caught.value)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", malformed)
+    with pytest.raises(ConfigurationError, match="AZURE_STORAGE_CONNECTION_STRING") as caught:
+        from_url("az://container/p")
+    assert WRONG_KEY not in _everything_said(caught.value)
+
+
+def test_azure_storage_connection_string_is_honoured(
+    rig_azure: Rig, azure_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = rig_azure.url()
+    from_url(url, **(rig_azure.options or {})).put("k", b"written-with-the-option")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", connection_string(azure_endpoint))
+    box = from_url(url)  # no option: the environment variable decides
+    assert box.get("k") == b"written-with-the-option"
+    assert box.put_if_absent("k2", b"v")
+
+
+def _account_sas() -> str:
+    from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+    return str(
+        generate_account_sas(
+            account_name="devstoreaccount1",
+            account_key=AZURITE_KEY,
+            resource_types=ResourceTypes(service=True, container=True, object=True),
+            permission=AccountSasPermissions(
+                read=True, write=True, delete=True, list=True, add=True, create=True
+            ),
+            expiry=datetime.now(timezone.utc) + timedelta(hours=1),
+        )
+    )
+
+
+def test_account_url_with_a_sas_token_is_honoured_and_never_shown(
+    rig_azure: Rig, azure_endpoint: str
+) -> None:
+    sas = _account_sas()
+    signature = dict(part.split("=", 1) for part in sas.split("&"))["sig"]
+    account_url = f"{azure_endpoint}/devstoreaccount1?{sas}"
+    url = rig_azure.url()
+    box = from_url(url, account_url=account_url)
+    assert box.put_if_absent("k", b"v")
+    assert from_url(url, **(rig_azure.options or {})).get("k") == b"v"
+    assert signature not in repr(box)
+    missing = from_url("az://no-such-container/p", account_url=account_url)
+    with pytest.raises(BucketNotFoundError) as caught:
+        missing.get("k")
+    message = str(caught.value)
+    assert f"{azure_endpoint}/devstoreaccount1" in message  # the endpoint, without its query
+    assert signature not in message
+    assert "sig=" not in message
+
+
+# -- error mapping ----------------------------------------------------------------------------
+
+
+def test_nonexistent_container_is_reported_by_every_operation(azure_endpoint: str) -> None:
+    box = from_url(
+        "az://no-such-container/run1", connection_string=connection_string(azure_endpoint)
+    )
+    operations = [
+        lambda: box.put_if_absent("k", b"v"),
+        lambda: box.get("k"),
+        lambda: list(box.list()),
+        lambda: box.delete("k"),
+        lambda: box.put("k", b"v"),
+    ]
+    for operation in operations:
+        with pytest.raises(BucketNotFoundError) as caught:
+            operation()
+        message = str(caught.value)
+        assert "'no-such-container' does not exist" in message
+        assert "az storage container create --name no-such-container" in message
+        assert "az://no-such-container/run1" in message
+        assert AZURITE_KEY not in _everything_said(caught.value)
+
+
+def test_missing_key_in_an_existing_container_is_key_not_found(rig_azure: Rig) -> None:
+    with pytest.raises(KeyNotFoundError):
+        rig_azure.fresh().get("missing")
+
+
+def test_nothing_listening_fails_fast_with_endpoint_unreachable() -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    box = from_url("az://container/run1", connection_string=connection_string(endpoint))
+    started = time.monotonic()
+    with pytest.raises(EndpointUnreachableError) as caught:
+        box.put_if_absent("k", b"v")
+    assert time.monotonic() - started < 10
+    assert endpoint in str(caught.value)
+    assert isinstance(caught.value, ConnectionError)  # `except ConnectionError` works too
+    assert AZURITE_KEY not in _everything_said(caught.value)
+
+
+def test_wrong_account_key_is_access_denied_and_never_leaks(
+    rig_azure: Rig, azure_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = connection_string(azure_endpoint).replace(AZURITE_KEY, WRONG_KEY)
+    caplog.set_level(logging.DEBUG)
+    box = from_url(rig_azure.url(), connection_string=wrong)
+    errors: list[GradientMailError] = []
+    for operation in (lambda: box.put_if_absent("k", b"v"), lambda: box.get("k")):
+        with pytest.raises(AccessDeniedError) as caught:
+            operation()
+        errors.append(caught.value)
+    assert "check the account key" in str(errors[0])
+    for error in errors:
+        assert WRONG_KEY not in _everything_said(error)
+    assert WRONG_KEY not in repr(box)
+    assert WRONG_KEY not in caplog.text
+    assert caplog.records  # the SDK did log: the check above looked at real output
+
+
+# -- identity ---------------------------------------------------------------------------------
+
+
+def test_repr_and_url_never_show_the_connection_string(rig_azure: Rig) -> None:
+    url = rig_azure.url()
+    box = from_url(url, **(rig_azure.options or {}))
+    assert repr(box) == f"<AzureMailbox url={url!r}>"
+    assert box.url == url
+
+
+def test_pickled_mailbox_reopens_with_its_options(rig_azure: Rig) -> None:
+    box = rig_azure.fresh()
+    box.put_if_absent("k", b"v")
+    clone = pickle.loads(pickle.dumps(box))
+    assert clone.get("k") == b"v"
+    assert clone.put_if_absent("k", b"other") is False
+
+
+def test_closed_mailbox_reconnects_on_next_use(rig_azure: Rig) -> None:
+    box = rig_azure.fresh()
+    assert isinstance(box, BaseMailbox)
+    box.put_if_absent("k", b"v")
+    box.close()
+    assert box.get("k") == b"v"
