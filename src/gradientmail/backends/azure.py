@@ -11,7 +11,7 @@ URL and options
       ``DefaultAzureCredential`` when that package is installed (it is not a dependency);
     * the ``AZURE_STORAGE_CONNECTION_STRING`` environment variable.
 
-    ``connect_timeout`` (float seconds, default 5) and ``read_timeout`` (float seconds,
+    ``connect_timeout`` (float seconds, default 3) and ``read_timeout`` (float seconds,
     default 60) bound every request.
 
     Connection strings, account keys and SAS tokens never appear in a ``repr``, an error
@@ -101,7 +101,7 @@ _OPTIONS: dict[str, Callable[[Any], Any]] = {
     "connect_timeout": _positive_float,
     "read_timeout": _positive_float,
 }
-_DEFAULTS = {"connect_timeout": 5.0, "read_timeout": 60.0}
+_DEFAULTS = {"connect_timeout": 3.0, "read_timeout": 60.0}
 
 
 def _public_endpoint(url: str) -> str:

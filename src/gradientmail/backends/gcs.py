@@ -8,7 +8,7 @@ URL and options
     * ``emulator_host`` (str): an emulator endpoint such as ``http://127.0.0.1:4443``. An
       anonymous client is used. Defaults to the ``STORAGE_EMULATOR_HOST`` environment
       variable, which the SDK also honours.
-    * ``connect_timeout`` (float seconds, default 5) and ``read_timeout`` (float seconds,
+    * ``connect_timeout`` (float seconds, default 3) and ``read_timeout`` (float seconds,
       default 60) bound every request.
 
     Without an emulator, credentials come from the standard Google chain (Application
@@ -93,7 +93,7 @@ _OPTIONS: dict[str, Callable[[Any], Any]] = {
     "connect_timeout": _positive_float,
     "read_timeout": _positive_float,
 }
-_DEFAULTS = {"connect_timeout": 5.0, "read_timeout": 60.0}
+_DEFAULTS = {"connect_timeout": 3.0, "read_timeout": 60.0}
 
 
 class GCSMailbox(BaseMailbox):
