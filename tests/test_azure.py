@@ -19,6 +19,7 @@ from gradientmail import Mailbox, from_url
 from gradientmail.conformance.races import cas_counter, race_put_if_absent
 from gradientmail.errors import (
     AccessDeniedError,
+    BackendError,
     BucketNotFoundError,
     ConfigurationError,
     EndpointUnreachableError,
@@ -199,6 +200,16 @@ def test_transient_errors_on_reads_and_listing_are_retried(
     assert proxied.get("k") == b"v"
     proxy.fail(match(method="GET", path=r"comp=list"), status=500)
     assert list(proxied.list()) == ["k"]
+
+
+def test_refused_long_blob_name_explains_the_prefix_limit(
+    proxied: Mailbox, proxy: FaultProxy
+) -> None:
+    # Real Azure refuses names over 1024 characters; Azurite does not, so the proxy answers.
+    proxy.respond(when=CREATE, **_azure_error(400, "OutOfRangeInput"))  # type: ignore[arg-type]
+    with pytest.raises(BackendError, match="HTTP 400 OutOfRangeInput") as caught:
+        proxied.put_if_absent("x" * 1024, b"v")
+    assert "use a shorter prefix or key" in str(caught.value)
 
 
 # -- layout and versions ----------------------------------------------------------------------

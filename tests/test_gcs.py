@@ -16,6 +16,7 @@ from gradientmail import Mailbox, from_url
 from gradientmail.conformance.races import cas_counter, race_put_if_absent
 from gradientmail.errors import (
     AccessDeniedError,
+    BackendError,
     BucketNotFoundError,
     ConfigurationError,
     EndpointUnreachableError,
@@ -164,6 +165,16 @@ def test_429_is_transient_and_retried(proxied: Mailbox, proxy: FaultProxy) -> No
     proxy.respond(429, UPLOAD)
     proxied.put("k", b"v")
     assert proxy.count(UPLOAD) == 2
+
+
+def test_refused_long_object_name_explains_the_prefix_limit(
+    proxied: Mailbox, proxy: FaultProxy
+) -> None:
+    # Real GCS refuses names over 1024 bytes; the emulator does not, so the proxy answers.
+    proxy.respond(400, CREATE)
+    with pytest.raises(BackendError, match="HTTP 400") as caught:
+        proxied.put_if_absent("x" * 1024, b"v")
+    assert "use a shorter prefix or key" in str(caught.value)
 
 
 # -- layout and versions ----------------------------------------------------------------------
