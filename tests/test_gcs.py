@@ -167,6 +167,22 @@ def test_429_is_transient_and_retried(proxied: Mailbox, proxy: FaultProxy) -> No
     assert proxy.count(UPLOAD) == 2
 
 
+@pytest.mark.parametrize(
+    ("status", "fix"),
+    [(401, "allows anonymous access"), (403, "roles/storage.objectUser")],
+)
+def test_refused_credentials_are_access_denied(
+    proxied: Mailbox, proxy: FaultProxy, status: int, fix: str
+) -> None:
+    proxy.respond(status, UPLOAD, times=None)
+    with pytest.raises(AccessDeniedError) as caught:
+        proxied.put_if_absent("k", b"v")
+    assert f"HTTP {status}" in str(caught.value)
+    assert fix in str(caught.value)
+    assert isinstance(caught.value, PermissionError)
+    assert proxy.count(UPLOAD) == 1  # permanent: not retried
+
+
 def test_refused_long_object_name_explains_the_prefix_limit(
     proxied: Mailbox, proxy: FaultProxy
 ) -> None:

@@ -238,6 +238,16 @@ class GCSMailbox(BaseMailbox):
         where = self.url
         if isinstance(exc, api.NotFound):
             return self._bucket_missing(key)
+        if isinstance(exc, auth.InvalidOperation):
+            # A 401 made the transport refresh the credentials, which anonymous ones cannot.
+            return AccessDeniedError(
+                "GCS refused the request (HTTP 401) and the anonymous credentials used for "
+                f"{self._emulator_endpoint() or 'GCS'} cannot be refreshed; check that the "
+                "emulator allows anonymous access, or unset the emulator settings "
+                f"({_EMULATOR_ENV} / emulator_host) to use real credentials",
+                key=key,
+                backend=where,
+            )
         if isinstance(exc, auth.DefaultCredentialsError):
             return AccessDeniedError(
                 "no Google Cloud credentials found; run `gcloud auth application-default "
