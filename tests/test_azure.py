@@ -359,6 +359,21 @@ def test_account_url_with_a_sas_token_is_honoured_and_never_shown(
     assert "sig=" not in message
 
 
+def test_account_url_without_any_credential_says_how_to_add_one(
+    rig_azure: Rig, azure_endpoint: str
+) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("azure.identity") is not None:
+        pytest.skip("azure-identity is installed, so DefaultAzureCredential is used")
+    box = from_url(rig_azure.url(), account_url=f"{azure_endpoint}/devstoreaccount1")
+    with pytest.raises(AccessDeniedError) as caught:
+        box.put_if_absent("k", b"v")
+    message = str(caught.value)
+    assert "anonymous" in message
+    assert "pip install azure-identity" in message
+
+
 # -- error mapping ----------------------------------------------------------------------------
 
 

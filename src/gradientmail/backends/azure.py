@@ -138,6 +138,7 @@ class AzureMailbox(BaseMailbox):
         self._lock = threading.Lock()
         self._handle: Any = None  # the SDK ContainerClient, created on first use
         self._endpoint = "the Azure Blob endpoint"  # public part of the account URL, once known
+        self._anonymous = False  # account_url with neither a SAS nor azure-identity
         self._sdk = require("azure.storage.blob", "azure")
         self._connect()  # surfaces configuration errors at open time
 
@@ -232,6 +233,7 @@ class AzureMailbox(BaseMailbox):
                 from azure.identity import DefaultAzureCredential
 
                 credential = DefaultAzureCredential()
+            self._anonymous = not has_sas and credential is None
             try:
                 client = service(account_url, credential=credential, **settings)
             except ValueError:
@@ -277,6 +279,15 @@ class AzureMailbox(BaseMailbox):
             )
         if isinstance(exc, az.ClientAuthenticationError) or status in (401, 403):
             detail = f"HTTP {status} {code}".strip() if status else type(exc).__name__
+            if self._anonymous:
+                return AccessDeniedError(
+                    f"Azure refused an anonymous request to {self._endpoint} ({detail}): "
+                    "account_url has no SAS token and azure-identity is not installed; "
+                    "pip install azure-identity (for DefaultAzureCredential), add a SAS "
+                    "token to account_url, or use a connection string",
+                    key=key,
+                    backend=where,
+                )
             return AccessDeniedError(
                 f"Azure refused the credentials for {self._endpoint} ({detail}); check the "
                 f"account key or SAS in the connection string / account_url, or the role "
