@@ -30,7 +30,7 @@ from gradientmail.errors import (
 from gradientmail.mailbox import BaseMailbox, Capability
 from tests.emulators import free_port
 from tests.emulators.azure import AZURITE_KEY, CONTAINER, connection_string
-from tests.faultproxy import FaultProxy, match
+from tests.faultproxy import FaultProxy, Predicate, match
 from tests.rigs import Rig
 
 pytestmark = pytest.mark.emulator
@@ -88,16 +88,14 @@ SWAP = match(method="PUT", headers={"if-match": "."})
 READ_BACK = match(method="HEAD")
 
 
-def _azure_error(status: int, code: str) -> dict[str, object]:
+def _answer_azure_error(proxy: FaultProxy, when: Predicate, status: int, code: str) -> None:
+    """Make ``proxy`` answer the next request matching ``when`` with Azure error ``code``."""
     body = (
         f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code>'
         "<Message>injected by the test proxy</Message></Error>"
     ).encode()
-    return {
-        "status": status,
-        "body": body,
-        "headers": {"x-ms-error-code": code, "Content-Type": "application/xml"},
-    }
+    headers = {"x-ms-error-code": code, "Content-Type": "application/xml"}
+    proxy.respond(status, when, body=body, headers=headers)
 
 
 @pytest.fixture
@@ -143,7 +141,7 @@ def test_conflict_on_the_only_attempt_is_a_loss_without_read_back(
 
 
 def test_412_condition_not_met_on_create_is_a_loss_too(proxied: Mailbox, proxy: FaultProxy) -> None:
-    proxy.respond(when=CREATE, **_azure_error(412, "ConditionNotMet"))  # type: ignore[arg-type]
+    _answer_azure_error(proxy, CREATE, 412, "ConditionNotMet")
     assert proxied.put_if_absent("k", b"mine") is False
     assert proxy.count(READ_BACK) == 0
 
@@ -153,7 +151,7 @@ def test_if_match_on_a_missing_blob_answered_404_is_a_stale_version(
 ) -> None:
     proxied.put("k", b"1")
     _, version = proxied.get_versioned("k")
-    proxy.respond(when=SWAP, **_azure_error(404, "BlobNotFound"))  # type: ignore[arg-type]
+    _answer_azure_error(proxy, SWAP, 404, "BlobNotFound")
     assert proxied.put_if_match("k", b"2", version) is None
     assert proxied.get("k") == b"1"
 
@@ -206,7 +204,7 @@ def test_refused_long_blob_name_explains_the_prefix_limit(
     proxied: Mailbox, proxy: FaultProxy
 ) -> None:
     # Real Azure refuses names over 1024 characters; Azurite does not, so the proxy answers.
-    proxy.respond(when=CREATE, **_azure_error(400, "OutOfRangeInput"))  # type: ignore[arg-type]
+    _answer_azure_error(proxy, CREATE, 400, "OutOfRangeInput")
     with pytest.raises(BackendError, match="HTTP 400 OutOfRangeInput") as caught:
         proxied.put_if_absent("x" * 1024, b"v")
     assert "use a shorter prefix or key" in str(caught.value)
@@ -230,12 +228,14 @@ def test_version_is_the_etag_and_the_blob_carries_the_write_id(
 ) -> None:
     from azure.storage.blob import BlobServiceClient
 
+    from gradientmail.backends.azure import AzureMailbox
+
     box = rig_azure.fresh()
-    assert isinstance(box, BaseMailbox)
+    assert isinstance(box, AzureMailbox)
     box.put_if_absent("k", b"v")
     _, version = box.get_versioned("k")
     service = BlobServiceClient.from_connection_string(connection_string(azure_endpoint))
-    name = box.prefix + "k"  # type: ignore[attr-defined]
+    name = box.prefix + "k"
     properties = service.get_blob_client(CONTAINER, name).get_blob_properties()
     assert version.token == properties.etag
     assert len(properties.metadata["gradientmail_write_id"]) == 32

@@ -210,8 +210,10 @@ def test_version_is_the_object_generation_and_carries_the_write_id(rig_gcs: Rig)
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
+    from gradientmail.backends.gcs import GCSMailbox
+
     box = rig_gcs.fresh()
-    assert isinstance(box, BaseMailbox)
+    assert isinstance(box, GCSMailbox)
     box.put_if_absent("k", b"v")
     _, version = box.get_versioned("k")
     client = storage.Client(
@@ -219,7 +221,7 @@ def test_version_is_the_object_generation_and_carries_the_write_id(rig_gcs: Rig)
         credentials=AnonymousCredentials(),
         client_options={"api_endpoint": (rig_gcs.options or {})["emulator_host"]},
     )
-    blob = client.bucket(box.bucket).get_blob(box.prefix + "k")  # type: ignore[attr-defined]
+    blob = client.bucket(box.bucket).get_blob(box.prefix + "k")
     assert version.token == str(blob.generation)
     assert len(blob.metadata["gradientmail_write_id"]) == 32
 

@@ -82,8 +82,8 @@ _POOL_SIZE = 64  # connections kept per host: racing threads each hold one
 _EXAMPLE = "e.g. az://my-container/run1"
 
 
-def _positive_float(value: object) -> float:
-    number = float(value)  # type: ignore[arg-type]
+def _positive_float(value: Any) -> float:
+    number = float(value)
     if not number > 0:
         raise ValueError(f"expected a positive number of seconds, got {value!r}")
     return number
@@ -277,6 +277,15 @@ class AzureMailbox(BaseMailbox):
                 key=key,
                 backend=where,
             )
+        if type(exc).__name__ == "CredentialUnavailableError":  # azure-identity found none
+            return AccessDeniedError(
+                f"no Azure credential found for {self._endpoint}: DefaultAzureCredential "
+                "tried the environment, managed identity and the Azure CLI; run `az login`, "
+                "set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET, or use a "
+                f"connection string ({CONNECTION_STRING_ENV})",
+                key=key,
+                backend=where,
+            )
         if isinstance(exc, az.ClientAuthenticationError) or status in (401, 403):
             detail = f"HTTP {status} {code}".strip() if status else type(exc).__name__
             if self._anonymous:
@@ -387,7 +396,8 @@ class AzureMailbox(BaseMailbox):
             raise self._map_error(exc, key) from exc
 
     def _read(self, key: str) -> tuple[bytes, Version]:
-        return self._with_retries(key, partial(self._read_once, key))  # type: ignore[no-any-return]
+        result: tuple[bytes, Version] = self._with_retries(key, partial(self._read_once, key))
+        return result
 
     def _read_once(self, key: str) -> tuple[bytes, Version]:
         try:
@@ -400,7 +410,8 @@ class AzureMailbox(BaseMailbox):
         return bytes(data), Version(str(download.properties.etag))
 
     def _stat(self, key: str) -> Stat | None:
-        return self._with_retries(key, partial(self._stat_once, key))  # type: ignore[no-any-return]
+        stat: Stat | None = self._with_retries(key, partial(self._stat_once, key))
+        return stat
 
     def _stat_once(self, key: str) -> Stat | None:
         try:

@@ -73,8 +73,8 @@ _MAX_NAME_BYTES = 1024  # GCS's limit on an object name, which includes the URL'
 _POOL_SIZE = 64  # connections kept per host: racing threads each hold one
 
 
-def _positive_float(value: object) -> float:
-    number = float(value)  # type: ignore[arg-type]
+def _positive_float(value: Any) -> float:
+    number = float(value)
     if not number > 0:
         raise ValueError(f"expected a positive number of seconds, got {value!r}")
     return number
@@ -176,7 +176,7 @@ class GCSMailbox(BaseMailbox):
         if emulator:
             client = self._sdk.Client(
                 project=self._project,  # None: no project lookup against an emulator
-                credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+                credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]  # unannotated in google-auth
                 client_options={"api_endpoint": emulator},
             )
         elif self._project:
@@ -386,7 +386,8 @@ class GCSMailbox(BaseMailbox):
             raise self._map_error(exc, key) from exc
 
     def _read(self, key: str) -> tuple[bytes, Version]:
-        return self._with_retries(key, lambda: self._read_once(key))  # type: ignore[no-any-return]
+        result: tuple[bytes, Version] = self._with_retries(key, partial(self._read_once, key))
+        return result
 
     def _read_once(self, key: str) -> tuple[bytes, Version]:
         from google.api_core.exceptions import NotFound
@@ -404,7 +405,8 @@ class GCSMailbox(BaseMailbox):
         return data, Version(str(blob.generation))
 
     def _stat(self, key: str) -> Stat | None:
-        return self._with_retries(key, lambda: self._stat_once(key))  # type: ignore[no-any-return]
+        stat: Stat | None = self._with_retries(key, partial(self._stat_once, key))
+        return stat
 
     def _stat_once(self, key: str) -> Stat | None:
         try:
