@@ -187,10 +187,12 @@ class GCSMailbox(BaseMailbox):
         # its own 120 s retry: extra requests we neither want nor can bound. Switch it off.
         if getattr(client, "_bucket_metadata_cache", None) is not None:
             client._bucket_metadata_cache = None
-        # Size the pool for many threads sharing one mailbox (requests keeps 10 by default).
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=_POOL_SIZE, max_retries=0)
-        client._http.mount("https://", adapter)
-        client._http.mount("http://", adapter)
+        # Size the pool for many threads sharing one mailbox (requests keeps 10 by default),
+        # unless google-auth mounted its own mutual-TLS adapter.
+        if not getattr(client._http, "is_mtls", False):
+            adapter = HTTPAdapter(pool_connections=4, pool_maxsize=_POOL_SIZE, max_retries=0)
+            client._http.mount("https://", adapter)
+            client._http.mount("http://", adapter)
         return client
 
     def _emulator_endpoint(self) -> str | None:
