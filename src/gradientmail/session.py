@@ -1,0 +1,260 @@
+"""``Session``: one learner's part of a run, with its progress published to the mailbox.
+
+::
+
+    from gradientmail.session import Session
+    from gradientmail.patterns.shared_queue import shared_queue
+
+    session = Session(box, "node-0")
+    with session, shared_queue(units, mailbox=box, learner_id="node-0", load=load) as batches:
+        for batch in batches:
+            train(batch)
+            session.step(samples=len(batch))
+
+Guarantees
+    * Entering registers the learner: ``learners/{learner_id}`` is written (state
+      ``running``) before ``__enter__`` returns.
+    * :meth:`Session.step` makes no store call: it adds to two counters (well under a
+      microsecond). A background thread publishes the progress every ``publish_every``
+      seconds (default 5), only when something changed, so the store sees one small write
+      per period whatever the step rate.
+    * Unit progress comes from ``shared_queue``: a queue entered while this session is
+      active in the same thread with the same ``learner_id`` reports to it (or pass
+      ``session=`` to the queue). Per unit the session keeps the claim, start and finish
+      times, which ``gradientmail status --plot`` draws as a Gantt chart.
+    * Leaving publishes a final record: state ``finished``, or ``failed`` with the error's
+      type when the block raised. The publisher thread has ended when ``__exit__`` returns.
+    * A failing publish never interrupts training: the error is kept in
+      :attr:`Session.publish_error` and the next period tries again. The final publish on
+      exit raises if it fails, unless the block is already raising.
+
+The record is JSON; its fields are described in :mod:`gradientmail.status`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import TracebackType
+from typing import Any
+
+from gradientmail.errors import BackendError, ConfigurationError
+from gradientmail.mailbox import Mailbox
+from gradientmail.patterns.shared_queue import validate_segment
+
+__all__ = ["LEARNERS_PREFIX", "Session", "active_session"]
+
+#: Progress records live under this prefix: ``learners/{learner_id}``.
+LEARNERS_PREFIX = "learners/"
+#: Weight of the newest period in the smoothed samples-per-second rate.
+RATE_SMOOTHING = 0.5
+
+_active = threading.local()
+
+
+def active_session(learner_id: str) -> Session | None:
+    """The innermost :class:`Session` for ``learner_id`` entered in this thread, if any."""
+    stack: list[Session] = getattr(_active, "stack", [])
+    for session in reversed(stack):
+        if session.learner_id == learner_id:
+            return session
+    return None
+
+
+class Session:
+    """A learner's part of a run: registration, cheap step counting, periodic progress.
+
+    Args:
+        mailbox: the run's mailbox.
+        learner_id: this learner's name (one key segment), as given to ``shared_queue``.
+        publish_every: seconds between progress publications (default 5).
+
+    Attributes:
+        steps: steps counted by :meth:`step`.
+        samples: samples counted by :meth:`step`.
+        publish_error: the last error a periodic publish raised, or ``None``.
+    """
+
+    def __init__(self, mailbox: Mailbox, learner_id: str, *, publish_every: float = 5.0) -> None:
+        self.mailbox = mailbox
+        self.learner_id = validate_segment(learner_id, "learner id")
+        if isinstance(publish_every, bool) or not isinstance(publish_every, (int, float)):
+            raise ConfigurationError(f"publish_every must be seconds, not {publish_every!r}")
+        if not publish_every > 0:
+            raise ConfigurationError(f"publish_every must be positive, not {publish_every!r}")
+        self.publish_every = float(publish_every)
+        self.key = LEARNERS_PREFIX + self.learner_id
+        self.steps = 0
+        self.samples = 0
+        self.publish_error: BaseException | None = None
+        self._lock = threading.Lock()  # guards units and the published snapshot
+        self._units: dict[str, list[Any]] = {}  # id → [claimed, started, finished, items]
+        self._units_finished = 0
+        self._state = "new"
+        self._error: str | None = None
+        self._started_at = 0.0
+        self._finished_at: float | None = None
+        self._rate = 0.0
+        self._rate_mark: tuple[float, int] | None = None  # (monotonic, samples) at last publish
+        self._last_published: tuple[int, int, int, int, str] | None = None
+        self._stop = threading.Event()
+        self._publisher: threading.Thread | None = None
+
+    # -- the hot path -------------------------------------------------------------------------
+
+    def step(self, samples: int = 0) -> None:
+        """Count one training step of ``samples`` samples. No store call, no lock."""
+        self.steps += 1
+        self.samples += samples
+
+    # -- reports from shared_queue (ProgressReporter) ---------------------------------------
+
+    def unit_claimed(self, identifier: str) -> None:
+        """Record that this learner claimed ``identifier`` (called by ``shared_queue``)."""
+        with self._lock:
+            self._units[identifier] = [time.time(), None, None, 0]
+
+    def unit_started(self, identifier: str) -> None:
+        """Record that the unit's first item reached the training loop."""
+        with self._lock:
+            entry = self._units.setdefault(identifier, [None, None, None, 0])
+            entry[1] = time.time()
+
+    def unit_finished(self, identifier: str, items: int) -> None:
+        """Record that the training loop took every item of the unit."""
+        with self._lock:
+            entry = self._units.setdefault(identifier, [None, None, None, 0])
+            if entry[2] is None:
+                self._units_finished += 1
+            entry[2] = time.time()
+            entry[3] = items
+
+    @property
+    def units_claimed(self) -> int:
+        """Units this learner claimed."""
+        return len(self._units)
+
+    @property
+    def units_finished(self) -> int:
+        """Units whose every item the training loop took."""
+        return self._units_finished
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    def record(self) -> dict[str, Any]:
+        """The progress record as published (see :mod:`gradientmail.status`)."""
+        now = time.monotonic()
+        samples = self.samples
+        if self._rate_mark is None:
+            elapsed = max(time.time() - self._started_at, 1e-9)
+            rate = samples / elapsed if self._started_at else 0.0
+        else:
+            then, before = self._rate_mark
+            instant = (samples - before) / max(now - then, 1e-9)
+            rate = RATE_SMOOTHING * instant + (1 - RATE_SMOOTHING) * self._rate
+        self._rate, self._rate_mark = rate, (now, samples)
+        with self._lock:
+            units = [[ident, *entry[:3]] for ident, entry in self._units.items()]
+            finished = self._units_finished
+        return {
+            "learner": self.learner_id,
+            "state": self._state,
+            "error": self._error,
+            "started_at": self._started_at,
+            "updated_at": time.time(),
+            "finished_at": self._finished_at,
+            "steps": self.steps,
+            "samples": samples,
+            "rate": rate,
+            "units_claimed": len(units),
+            "units_finished": finished,
+            "units": units,
+            "publish_every": self.publish_every,
+        }
+
+    def publish(self) -> None:
+        """Write the progress record now (one ``put``). Raises the store's error."""
+        body = self.record()
+        self.mailbox.put(self.key, json.dumps(body, separators=(",", ":")).encode("utf-8"))
+        self._last_published = (
+            body["steps"],
+            body["samples"],
+            body["units_claimed"],
+            body["units_finished"],
+            body["state"],
+        )
+
+    def _changed(self) -> bool:
+        current = (
+            self.steps,
+            self.samples,
+            len(self._units),
+            self._units_finished,
+            self._state,
+        )
+        return current != self._last_published
+
+    def _publish_periodically(self) -> None:
+        while not self._stop.wait(self.publish_every):
+            if not self._changed():
+                continue
+            try:
+                self.publish()
+                self.publish_error = None
+            except BackendError as exc:
+                self.publish_error = exc  # training goes on; the next period retries
+
+    # -- context manager ----------------------------------------------------------------------
+
+    def __enter__(self) -> Session:
+        if self._state != "new":
+            raise ConfigurationError(
+                f"session {self.learner_id!r} was already entered; use one Session per run"
+            )
+        self._started_at = time.time()
+        self._state = "running"
+        self.publish()
+        stack: list[Session] = getattr(_active, "stack", None) or []
+        stack.append(self)
+        _active.stack = stack
+        self._publisher = threading.Thread(
+            target=self._publish_periodically,
+            name=f"gradientmail-session-{self.learner_id}",
+            daemon=True,
+        )
+        self._publisher.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack: list[Session] = getattr(_active, "stack", [])
+        if self in stack:
+            stack.remove(self)
+        self._stop.set()
+        if self._publisher is not None:
+            self._publisher.join()
+        self._finished_at = time.time()
+        if exc_type is None:
+            self._state = "finished"
+        else:
+            self._state = "failed"
+            name = exc_type.__qualname__
+            if exc_type.__module__ not in ("builtins", "__main__"):
+                name = f"{exc_type.__module__}.{name}"
+            self._error = name
+        try:
+            self.publish()
+        except BackendError:
+            if exc_type is None:
+                raise
+
+    def __repr__(self) -> str:
+        return (
+            f"<Session learner={self.learner_id!r} state={self._state} steps={self.steps} "
+            f"samples={self.samples} mailbox={self.mailbox.url!r}>"
+        )
