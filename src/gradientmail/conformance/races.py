@@ -17,6 +17,7 @@ import multiprocessing as mp
 import pickle
 import queue
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable
@@ -37,6 +38,12 @@ def payload_for(racer: str, size: int) -> bytes:
     if size <= len(head):
         return head
     return head + bytes((len(racer) + i) % 251 for i in range(size - len(head)))
+
+
+def _name_order(name: str) -> tuple[str, int]:
+    """Sort ``racer-2`` before ``racer-11``."""
+    stem, _, number = name.rpartition("-")
+    return (stem, int(number)) if number.isdigit() else (name, -1)
 
 
 @dataclass
@@ -82,12 +89,13 @@ class RaceReport:
         """A one-line minimal counterexample, e.g. ``key k7: 2 winners (racer-3, racer-11)``."""
         multiple = self.multiple_winners()
         if multiple:
-            key = min(multiple)
-            return (
-                f"key {key.rsplit('/', 1)[-1]}: {len(multiple[key])} winners "
-                f"({', '.join(sorted(multiple[key]))}); {len(multiple)} of {len(self.keys)} "
-                "keys had more than one winner"
-            )
+            key = min(multiple, key=self.keys.index)
+            names = sorted(multiple[key], key=_name_order)
+            shown = ", ".join(names[:4]) + (f", ... +{len(names) - 4}" if len(names) > 4 else "")
+            line = f"key {key.rsplit('/', 1)[-1]}: {len(names)} winners ({shown})"
+            if len(self.keys) > 1:
+                line += f"; {len(multiple)} of {len(self.keys)} keys had more than one winner"
+            return line
         wrong = self.wrong_bytes()
         if wrong:
             key = min(wrong)
@@ -165,6 +173,34 @@ def _run_in_process(target: Callable[..., Any], args: tuple[Any, ...], out: Any)
         out.put((name, True, target(*args)))
     except BaseException:  # noqa: BLE001 - every failure must reach the parent as text
         out.put((name, False, traceback.format_exc()))
+        # A racer that fails before the start line must not leave the others waiting there.
+        barrier = args[-1]
+        if hasattr(barrier, "abort"):
+            barrier.abort()
+
+
+def _collect(out: Any, procs: list[Any], timeout: float) -> list[tuple[str, bool, Any]]:
+    """Gather one result per process; stop early once every process has exited.
+
+    A child that dies before reporting (killed, or failed to import) must not make the
+    parent wait for the whole timeout, so the queue is read in short slices and the
+    children's liveness checked between them.
+    """
+    items: list[tuple[str, bool, Any]] = []
+    deadline = time.monotonic() + timeout
+    while len(items) < len(procs) and time.monotonic() < deadline:
+        try:
+            items.append(out.get(timeout=0.2))
+        except queue.Empty:
+            if not any(proc.is_alive() for proc in procs):
+                # Everything a child put before exiting is flushed by now; take the rest.
+                while True:
+                    try:
+                        items.append(out.get(timeout=0.2))
+                    except queue.Empty:
+                        break
+                break
+    return items
 
 
 def _run_all(
@@ -201,12 +237,7 @@ def _run_all(
         ]
         for proc in procs:
             proc.start()
-        items = []
-        try:
-            for _ in procs:
-                items.append(pout.get(timeout=timeout))
-        except queue.Empty:
-            pass
+        items = _collect(pout, procs, timeout)
         for proc in procs:
             proc.join(5)
             if proc.is_alive():

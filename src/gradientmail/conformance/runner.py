@@ -1,0 +1,216 @@
+"""Running properties and reporting them: the engine behind both front ends.
+
+:func:`run_property` runs one :class:`~gradientmail.conformance.properties.Property` against
+a mailbox in a fresh key namespace, turns its outcome into a :class:`Result` (PASS, FAIL
+with a counterexample, or SKIP with the reason) and deletes every key it wrote.
+:func:`run_suite` runs them all and returns a :class:`SuiteReport` whose :meth:`lines
+<SuiteReport.lines>` are the CLI's report.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from gradientmail.conformance.properties import (
+    PROPERTIES,
+    Context,
+    Property,
+    PropertyFailed,
+    PropertySkipped,
+    SuiteOptions,
+)
+from gradientmail.errors import GradientMailError
+from gradientmail.mailbox import Capability, Mailbox
+
+__all__ = [
+    "Outcome",
+    "Result",
+    "SuiteReport",
+    "delete_all",
+    "resolve_seed",
+    "run_property",
+    "run_suite",
+]
+
+
+class Outcome(enum.Enum):
+    """What a property's run concluded."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One property's outcome: the summary (PASS), counterexample (FAIL) or reason (SKIP)."""
+
+    prop: Property
+    outcome: Outcome
+    detail: str
+    seconds: float
+
+    def lines(self, width: int = 22) -> list[str]:
+        """The report lines: ``OUTCOME  name  (time)  detail``; extra detail lines indented."""
+        first, *rest = self.detail.splitlines() or [""]
+        head = f"{self.outcome.value}  {self.prop.name:<{width}} {self.seconds:5.1f}s  {first}"
+        return [head, *(f"{'':>{width + 14}}{line}" for line in rest)]
+
+
+def resolve_seed(options: SuiteOptions) -> SuiteOptions:
+    """``options`` with a concrete seed: the given one, or a fresh random one."""
+    if options.seed is not None:
+        return options
+    return replace(options, seed=secrets.randbelow(2**32))
+
+
+def delete_all(box: Mailbox, prefix: str = "") -> int:
+    """Delete every key under ``prefix`` (eight deletes in flight); return how many."""
+    keys = list(box.list(prefix))
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(box.delete, keys))
+    return len(keys)
+
+
+_MEANING = {
+    Capability.ATOMIC_CREATE: "put_if_absent is not claimed atomic",
+    Capability.COMPARE_AND_SWAP: "no compare-and-swap",
+    Capability.SHARED_ACROSS_PROCESSES: "other processes do not see its keys",
+}
+
+
+def _missing_capabilities(prop: Property, box: Mailbox) -> str | None:
+    missing = [cap for cap in prop.requires if not box.supports(cap)]
+    if not missing:
+        return None
+    names = ", ".join(f"Capability.{cap.name} ({_MEANING[cap]})" for cap in missing)
+    return f"the mailbox does not declare {names}; not checked, and not to be relied on"
+
+
+def run_property(
+    prop: Property, box: Mailbox, options: SuiteOptions, *, namespace: str | None = None
+) -> Result:
+    """Run one property against ``box`` and delete what it wrote.
+
+    Args:
+        prop: the property.
+        box: the mailbox; the property's keys live under ``namespace + "/"``.
+        options: how hard to push; a ``None`` seed is replaced by a random one.
+        namespace: the key namespace (default: the property's name and a random suffix).
+
+    Returns:
+        PASS with a summary, FAIL with a counterexample (any exception from the store counts
+        as a failure, shown with its type), or SKIP with the reason.
+    """
+    options = resolve_seed(options)
+    assert options.seed is not None
+    started = time.perf_counter()
+    reason = _missing_capabilities(prop, box)
+    if reason is not None:
+        return Result(prop, Outcome.SKIP, reason, 0.0)
+    ns = namespace or f"{prop.name}-{uuid.uuid4().hex[:6]}"
+    ctx = Context(box, ns, options, options.seed)
+    try:
+        outcome, detail = Outcome.PASS, prop.check(ctx)
+    except PropertySkipped as exc:
+        outcome, detail = Outcome.SKIP, str(exc)
+    except PropertyFailed as exc:
+        outcome, detail = Outcome.FAIL, str(exc)
+    except GradientMailError as exc:
+        outcome, detail = Outcome.FAIL, f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a bug in a store's client is a failure too
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        outcome = Outcome.FAIL
+        detail = f"unexpected {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
+    try:
+        delete_all(box, ns + "/")
+    except GradientMailError as exc:
+        detail += f"\ncould not delete this property's keys under {ns}/: {exc}"
+    return Result(prop, outcome, detail, time.perf_counter() - started)
+
+
+@dataclass
+class SuiteReport:
+    """Every property's result, and the verdict."""
+
+    url: str
+    options: SuiteOptions
+    results: list[Result] = field(default_factory=list)
+
+    def by_outcome(self, outcome: Outcome) -> list[Result]:
+        """The results with ``outcome``, in report order."""
+        return [r for r in self.results if r.outcome is outcome]
+
+    @property
+    def ok(self) -> bool:
+        """No property failed."""
+        return not self.by_outcome(Outcome.FAIL)
+
+    def result(self, name: str) -> Result:
+        """The result of the property called ``name``."""
+        for result in self.results:
+            if result.prop.name == name:
+                return result
+        raise KeyError(name)
+
+    def verdict(self) -> str:
+        """The one-line verdict that ends the report."""
+        failed = self.by_outcome(Outcome.FAIL)
+        skipped = self.by_outcome(Outcome.SKIP)
+        total = len(self.results)
+        skip_note = (
+            f"; {len(skipped)} skipped ({', '.join(r.prop.name for r in skipped)})"
+            if skipped
+            else ""
+        )
+        if failed:
+            names = ", ".join(r.prop.name for r in failed)
+            return (
+                f"verdict: FAIL: {len(failed)} of {total} properties failed ({names}){skip_note}. "
+                "This store is NOT safe to coordinate on as is. "
+                f"Replay with --seed {self.options.seed}"
+            )
+        return (
+            f"verdict: PASS: {total - len(skipped)} of {total} properties hold{skip_note}. "
+            f"Seed {self.options.seed}"
+        )
+
+    def lines(self) -> list[str]:
+        """Every result's lines, then the verdict."""
+        out: list[str] = []
+        for result in self.results:
+            out.extend(result.lines())
+        out.append(self.verdict())
+        return out
+
+
+def run_suite(
+    box: Mailbox,
+    options: SuiteOptions | None = None,
+    *,
+    properties: Iterable[Property] = PROPERTIES,
+    on_result: Callable[[Result], None] | None = None,
+) -> SuiteReport:
+    """Run ``properties`` (default: all) against ``box`` in order.
+
+    Args:
+        box: a mailbox; each property works in its own namespace and deletes its keys.
+        options: how hard to push; a ``None`` seed becomes a random one, reported.
+        properties: which properties to run.
+        on_result: called with each result as soon as it is known (the CLI prints it).
+    """
+    options = resolve_seed(options or SuiteOptions())
+    report = SuiteReport(box.url, options)
+    for prop in properties:
+        result = run_property(prop, box, options)
+        report.results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return report
