@@ -1,0 +1,87 @@
+"""Pipeline benchmarks: case 2 at full size on file://, and case 1 against round robin.
+
+Case 2: 15 generator processes make chunks of 2 samples (float32 [32, 96, 96] + uint8
+[32, 1, 96, 96], 0.2-0.3 s each) and one trainer takes 128 batches at 0.2 s each, through
+``Pipeline.over_mailbox`` on a temporary ``file://`` directory. Printed: the trainer's mean
+and p99 wait per batch (after the first, whose wait is the first chunk's generation), the
+total wall time, and the ideal wall time with zero wait measured in the same run (the first
+chunk's generation time + 128 × 0.2 s), with their ratio.
+Goals: mean wait ≤ 2.5 ms, wall ≤ 1.05 × ideal.
+
+Case 1: five targets at different rates feed three drafters between threads. Printed: the
+drafters' utilisation (busy time over drafters × wall) with one shared in-process pipeline
+and with round robin (target i → drafter i % 3), both in this run, and their ratio.
+
+Usage: python benchmarks/pipeline.py [--batches 128] [--producers 15] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import pipeline_processes as case2
+import pipeline_threads as case1
+
+
+def bench_case2(args: argparse.Namespace) -> bool:
+    with tempfile.TemporaryDirectory(prefix="gm-bench-pipeline-", dir=args.dir) as tmp:
+        config = case2.Config(
+            producers=args.producers,
+            batches=args.batches,
+            url=f"file://{tmp}/run-{uuid.uuid4().hex[:8]}",
+        )
+        result = case2.run(config)
+    mean = statistics.mean(result.steady_waits)
+    ratio = result.wall / result.ideal
+    print(f"case 2: {config.producers} generator processes → 1 trainer, {result.batches} batches")
+    print(f"  trainer wait per batch: mean {mean * 1000:.2f} ms, p99 {result.p99() * 1000:.2f} ms")
+    print(
+        f"  first batch wait {result.waits[0] * 1000:.0f} ms (its chunk took "
+        f"{result.first_gen_time * 1000:.0f} ms to generate)"
+    )
+    print(f"  wall {result.wall:.2f} s, ideal {result.ideal:.2f} s, wall/ideal {ratio:.3f}")
+    ok = mean <= 0.0025 and ratio <= 1.05 and result.batches == args.batches
+    print(f"  goals (mean ≤ 2.5 ms, wall/ideal ≤ 1.05): {'met' if ok else 'NOT met'}")
+    return ok
+
+
+def bench_case1(args: argparse.Namespace) -> None:
+    items = case1.items_for(args.case1_seconds)
+    round_robin = case1.run_round_robin(items, args.capacity)
+    shared = case1.run_shared(items, args.capacity)
+    print(f"case 1: 5 targets → 3 drafters, {sum(items.values())} hidden states, threads")
+    for report in (round_robin, shared):
+        per = ", ".join(f"{d.items}" for d in report.drafters.values())
+        print(
+            f"  {report.design:15s}: utilisation {report.utilisation:.0%}, wall "
+            f"{report.wall:.2f} s, items per drafter [{per}]"
+        )
+    idle = max(d.idle_while_available or 0.0 for d in shared.drafters.values())
+    print(
+        f"  shared/round-robin utilisation {shared.utilisation / round_robin.utilisation:.2f}×; "
+        f"worst drafter idle while items waited: {idle * 1000:.1f} ms "
+        f"({idle / shared.wall:.2%} of the run)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=128)
+    parser.add_argument("--producers", type=int, default=15)
+    parser.add_argument("--capacity", type=int, default=24, help="case 1 items in flight")
+    parser.add_argument("--case1-seconds", type=float, default=1.0)
+    parser.add_argument("--dir", help="where the file:// mailbox lives (default: $TMPDIR)")
+    args = parser.parse_args()
+    bench_case2(args)
+    bench_case1(args)
+
+
+if __name__ == "__main__":
+    main()

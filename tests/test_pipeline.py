@@ -1,0 +1,378 @@
+"""Pipeline, in-process transport: case 1 (5 producers feeding 3 consumers between threads).
+
+Mailbox-transport tests live in ``test_pipeline_mailbox.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gradientmail import ConfigurationError
+from gradientmail.patterns.pipeline import (
+    Pipeline,
+    PipelineAbortedError,
+    PipelineError,
+    PipelineStalledError,
+    ProducerFailedError,
+    ProducerRegistrationError,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+JOIN = 30.0  # seconds; a thread still alive after this is a hang
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join(JOIN)
+    hung = [t.name for t in threads if t.is_alive()]
+    assert not hung, f"threads still running (a hang): {hung}"
+
+
+class Token:
+    """Stands in for a GPU tensor: identity matters, it is never copied."""
+
+    def __init__(self, producer: str, seq: int) -> None:
+        self.producer = producer
+        self.seq = seq
+
+
+@dataclass
+class Run:
+    """What one case-1 run observed."""
+
+    produced: list[Token] = field(default_factory=list)
+    consumed: dict[str, list[Token]] = field(default_factory=dict)
+    errors: list[BaseException] = field(default_factory=list)
+    #: a global order of events: ("put", n) after each put, ("exit", consumer) at StopIteration
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    wall: float = 0.0
+
+    def record(self, kind: str, value: Any) -> None:
+        with self.lock:
+            self.events.append((kind, value))
+
+
+def run_case1(
+    pipe: Pipeline[Any],
+    counts: dict[str, int],
+    *,
+    consumers: int = 3,
+    produce_time: Callable[[str], float] = lambda p: 0.0,
+    consume_time: float = 0.0,
+    before_start: Callable[[str], None] = lambda p: None,
+    on_item: Callable[[Any], None] = lambda item: None,
+) -> Run:
+    """Producers (one thread each) put Tokens; consumers (threads) take them."""
+    run = Run()
+    sleeper = threading.Event()  # never set: wait(t) stands in for t seconds of GPU work
+
+    def produce(name: str) -> None:
+        try:
+            before_start(name)
+            with pipe.producer(name) as out:
+                for seq in range(counts[name]):
+                    if produce_time(name):
+                        sleeper.wait(produce_time(name))
+                    token = Token(name, seq)
+                    out.put(token)
+                    with run.lock:
+                        run.produced.append(token)
+                        run.events.append(("put", token))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            run.errors.append(exc)
+
+    def consume(name: str) -> None:
+        mine: list[Token] = []
+        run.consumed[name] = mine
+        try:
+            with pipe.consumer(name) as items:
+                for item in items:
+                    mine.append(item)
+                    on_item(item)
+                    if consume_time:
+                        sleeper.wait(consume_time)
+            run.record("exit", name)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            run.errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(p,), name=f"producer-{p}") for p in counts]
+    threads += [
+        threading.Thread(target=consume, args=(f"c{i}",), name=f"consumer-c{i}")
+        for i in range(consumers)
+    ]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    _join(threads)
+    run.wall = time.perf_counter() - start
+    return run
+
+
+def assert_exactly_once(run: Run) -> None:
+    taken = [token for tokens in run.consumed.values() for token in tokens]
+    ids = Counter(id(token) for token in taken)
+    assert not [i for i, n in ids.items() if n > 1], "an item was delivered twice"
+    assert len(taken) == len(run.produced), (
+        f"{len(run.produced)} items produced, {len(taken)} consumed"
+    )
+    # By reference: the very objects put are the ones taken.
+    assert {id(t) for t in taken} == {id(t) for t in run.produced}
+
+
+def assert_exits_after_last_item(run: Run) -> None:
+    last_put = max((i for i, (kind, _) in enumerate(run.events) if kind == "put"), default=-1)
+    exits = [i for i, (kind, _) in enumerate(run.events) if kind == "exit"]
+    assert exits, "no consumer exited"
+    assert min(exits) > last_put, "a consumer exited before the last item was put"
+
+
+RATES = {"t0": 0.002, "t1": 0.003, "t2": 0.004, "t3": 0.006, "t4": 0.008}
+
+
+def test_case1_exactly_once_no_idle_consumer_and_clean_exit() -> None:
+    """5 producers at different rates, 3 consumers: exactly once, nobody idles beside work."""
+    pipe = Pipeline.in_process(list(RATES), capacity=8, stall_timeout=30)
+    counts = dict.fromkeys(RATES, 60)  # equal counts at unequal rates: staggered finishes
+    run = run_case1(pipe, counts, produce_time=RATES.__getitem__, consume_time=0.004)
+    assert not run.errors, run.errors
+    assert_exactly_once(run)
+    assert_exits_after_last_item(run)
+    stats = pipe.stats()
+    assert stats.produced == stats.consumed == sum(counts.values())
+    assert {p: s.items for p, s in stats.producers.items()} == counts
+    for name, consumer in stats.consumers.items():
+        idle = consumer.idle_while_available_s
+        assert idle is not None
+        assert idle < 0.05 * run.wall, (
+            f"{name} idled {idle:.4f}s while items were waiting, in a {run.wall:.2f}s run"
+        )
+        assert consumer.items > 0, f"{name} got nothing"
+
+
+def test_consumers_keep_waiting_after_early_finishers_and_a_zero_item_producer() -> None:
+    """Everyone but the last producer is done and the buffer is empty: consumers must wait."""
+    pipe = Pipeline.in_process(["empty", "early", "late"], capacity=4, stall_timeout=30)
+    taken = itertools.count(1)
+    drained = threading.Event()
+
+    def on_item(_: Any) -> None:
+        if next(taken) == 5:  # the early producer's 5 items are all taken
+            drained.set()
+
+    def hold_late(name: str) -> None:
+        if name == "late":
+            # "empty" and "early" are done and every item is taken: a naive done-counter
+            # or sentinel protocol lets consumers leave now. Only then does "late" start.
+            assert drained.wait(JOIN)
+
+    run = run_case1(
+        pipe, {"empty": 0, "early": 5, "late": 7}, before_start=hold_late, on_item=on_item
+    )
+    assert not run.errors, run.errors
+    assert_exactly_once(run)
+    assert_exits_after_last_item(run)
+    assert len(run.produced) == 12
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 64])
+def test_two_hundred_fast_runs_shake_out_shutdown_races(capacity: int) -> None:
+    """No work between steps, so finishing and taking interleave as tightly as they can."""
+    for attempt in range(200 if capacity == 2 else 50):
+        names = [f"p{i}" for i in range(5)]
+        counts = {p: (attempt + i) % 4 for i, p in enumerate(names)}  # some produce nothing
+        pipe = Pipeline.in_process(names, capacity=capacity, stall_timeout=30)
+        run = run_case1(pipe, counts)
+        assert not run.errors, (attempt, run.errors)
+        assert_exactly_once(run)
+        assert_exits_after_last_item(run)
+
+
+def test_all_consumers_stop_when_every_producer_is_done() -> None:
+    pipe = Pipeline.in_process(["a", "b"], stall_timeout=30)
+    run = run_case1(pipe, {"a": 0, "b": 0}, consumers=4)
+    assert not run.errors
+    assert sorted(v for kind, v in run.events if kind == "exit") == ["c0", "c1", "c2", "c3"]
+
+
+def test_items_travel_by_reference() -> None:
+    pipe = Pipeline.in_process(["p"], stall_timeout=30)
+    payload = bytearray(b"not copied")
+    with pipe.producer("p") as out:
+        out.put(payload)
+    (item,) = list(pipe.consumer())
+    assert item is payload
+
+
+# -- failures -------------------------------------------------------------------------------
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def failing_producer(pipe: Pipeline[Any], name: str, good: int) -> None:
+    with pipe.producer(name) as out:
+        for seq in range(good):
+            out.put((name, seq))
+        raise Boom(f"{name} broke after {good}")
+
+
+def test_producer_exception_reaches_the_consumer_after_its_items() -> None:
+    pipe = Pipeline.in_process(["ok", "bad"], capacity=16, stall_timeout=30)
+    with pytest.raises(Boom):
+        failing_producer(pipe, "bad", 3)
+    got: list[Any] = []
+    with pytest.raises(ProducerFailedError) as caught:
+        got.extend(pipe.consumer())  # extend keeps what arrived before the error
+    assert got == [("bad", 0), ("bad", 1), ("bad", 2)]
+    error = caught.value
+    assert error.producer == "bad"
+    assert error.items == 3
+    assert "'bad'" in str(error)
+    assert isinstance(error.__cause__, Boom), "the original exception is chained"
+    assert "bad broke after 3" in error.worker_traceback
+    assert "failing_producer" in error.worker_traceback, "the producer's traceback as text"
+
+
+def test_a_failure_reaches_every_consumer_and_stops_the_producers() -> None:
+    pipe = Pipeline.in_process(["bad", "busy"], capacity=2, stall_timeout=30)
+    errors: list[BaseException] = []
+    first_item_taken = threading.Event()
+
+    def busy() -> None:
+        try:
+            with pipe.producer("busy") as out:
+                for seq in itertools.count():
+                    out.put(("busy", seq))  # blocks on the full buffer until aborted
+        except PipelineAbortedError as exc:
+            errors.append(exc)
+
+    def consume(name: str) -> None:
+        try:
+            for _ in pipe.consumer(name):
+                first_item_taken.set()
+        except ProducerFailedError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=busy)]
+    threads += [threading.Thread(target=consume, args=(f"c{i}",)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    assert first_item_taken.wait(JOIN)
+    with pytest.raises(Boom):
+        failing_producer(pipe, "bad", 2)
+    _join(threads)
+    kinds = Counter(type(e).__name__ for e in errors)
+    assert kinds == {"ProducerFailedError": 3, "PipelineAbortedError": 1}, errors
+    assert all(e.producer == "bad" for e in errors if isinstance(e, ProducerFailedError))
+
+
+def test_stall_timeout_names_the_unfinished_producers() -> None:
+    pipe = Pipeline.in_process(["quiet", "done"], stall_timeout=0.2)
+    pipe.producer("done").done()
+    pipe.producer("quiet")  # registered, never puts, never finishes
+    with pytest.raises(PipelineStalledError, match=r"not finished: quiet \(registered\)$"):
+        next(pipe.consumer())
+
+
+def test_backpressure_holds_the_producer_at_capacity() -> None:
+    pipe = Pipeline.in_process(["p"], capacity=3, stall_timeout=0.2)
+    out = pipe.producer("p")
+    for seq in range(3):
+        out.put(seq)
+    with pytest.raises(PipelineStalledError, match="3 items are buffered"):
+        out.put(3)
+    consumer = pipe.consumer()
+    assert next(consumer) == 0
+    out.put(3)  # room again
+    out.done()
+    assert list(consumer) == [1, 2, 3]
+    assert pipe.stats().producers["p"].blocked_s >= 0.2
+
+
+def test_a_blocked_producer_resumes_when_a_consumer_takes_an_item() -> None:
+    pipe = Pipeline.in_process(["p"], capacity=1, stall_timeout=30)
+    produced: list[int] = []
+
+    def produce() -> None:
+        with pipe.producer("p") as out:
+            for seq in range(50):
+                out.put(seq)
+                produced.append(seq)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    seen = []
+    for item in pipe.consumer():
+        # capacity 1: the producer can be at most one item ahead of what we have taken
+        assert len(produced) <= len(seen) + 2
+        seen.append(item)
+    _join([thread])
+    assert seen == list(range(50))
+
+
+def test_abort_stops_consumers_and_blocked_producers() -> None:
+    pipe = Pipeline.in_process(["p"], capacity=1, stall_timeout=30)
+    out = pipe.producer("p")
+    out.put(0)
+    errors: list[BaseException] = []
+
+    def blocked_put() -> None:
+        try:
+            out.put(1)
+        except PipelineAbortedError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=blocked_put)
+    thread.start()
+    pipe.abort("operator said stop")
+    _join([thread])
+    assert len(errors) == 1
+    with pytest.raises(PipelineAbortedError, match="operator said stop"):
+        next(pipe.consumer())
+
+
+# -- registration and configuration ---------------------------------------------------------
+
+
+def test_late_registration_is_refused_with_a_clear_error() -> None:
+    pipe = Pipeline.in_process(["a"])
+    with pytest.raises(ProducerRegistrationError, match="not declared"):
+        pipe.producer("b")
+    pipe.producer("a").done()
+    with pytest.raises(ProducerRegistrationError, match="already registered"):
+        pipe.producer("a")
+
+
+def test_put_after_done_raises() -> None:
+    pipe = Pipeline.in_process(["a"])
+    out = pipe.producer("a")
+    out.done()
+    with pytest.raises(PipelineError, match="already finished"):
+        out.put(1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"producers": []}, "at least one"),
+        ({"producers": "abc"}, "not the string"),
+        ({"producers": ["a", "a"]}, "unique"),
+        ({"producers": ["a/b"]}, "not a valid id"),
+        ({"producers": ["a"], "capacity": 0}, "capacity"),
+        ({"producers": ["a"], "stall_timeout": -1}, "stall_timeout"),
+    ],
+)
+def test_bad_configuration_is_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Pipeline.in_process(**kwargs)
