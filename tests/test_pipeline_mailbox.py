@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -90,11 +91,16 @@ def consume(
         return [parse(item) for item in items]
 
 
-def drain(pipe: Pipeline[bytes], got: list[tuple[str, int]]) -> None:
+def drain(
+    pipe: Pipeline[bytes],
+    got: list[tuple[str, int]],
+    on_item: Callable[[list[tuple[str, int]]], None] = lambda got: None,
+) -> None:
     """Consume into ``got``, so that what arrived before an error can be checked."""
     with pipe.consumer("c") as items:
         for item in items:
             got.append(parse(item))
+            on_item(got)
 
 
 def _consume_to_queue(url: str, names: list[str], consumer: str, out: Any) -> None:
@@ -350,3 +356,52 @@ def test_sigkill_of_a_producer_gives_a_clear_error_never_a_hang(rig_file: Rig) -
     # every item the victim stored was delivered, in order, before the error
     assert victims == list(range(error.items))
     assert error.items >= 3
+
+
+def _produce_and_report(url: str, names: list[str], name: str, count: int, out: Any) -> None:
+    try:
+        produce(url, names, name, count, delay=0.02, pipe_options={"stall_timeout": 30, **FAST})
+        out.put(None)
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_producer_declared_lost_is_fenced_when_it_wakes_up(rig_file: Rig) -> None:
+    """SIGSTOP past the lease, then SIGCONT: its items stop counting and it is told so."""
+    url = rig_file.url()
+    names = ["sleepy"]
+    report = mp.get_context("spawn").Queue()
+    process = _spawn(_produce_and_report, url, names, "sleepy", 10_000, report)
+    assert process.pid is not None
+    pid = process.pid
+
+    def stop_after_three(got: list[tuple[str, int]]) -> None:
+        if len(got) == 3:
+            os.kill(pid, signal.SIGSTOP)
+
+    taken: list[tuple[str, int]] = []
+    try:
+        with pytest.raises(ProducerLostError) as caught:
+            drain(open_pipe(url, names, stall_timeout=30, **FAST), taken, stop_after_three)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    outcome = report.get(timeout=JOIN)
+    _reap([process])
+    assert outcome is not None
+    assert outcome.startswith("PipelineAbortedError"), outcome
+    assert "declared lost" in outcome
+    assert caught.value.producer == "sleepy"
+    assert [s for _, s in taken] == list(range(caught.value.items))
+
+
+def test_leaving_early_stops_the_threads(rig: Rig) -> None:
+    url = rig.url()
+    pipe = open_pipe(url, ["a"], rig.options, **FAST)
+    out = pipe.producer("a")
+    for seq in range(3):
+        out.put(payload("a", seq))
+    with pipe.consumer("c") as items:
+        assert parse(next(items)) == ("a", 0)
+    out.done()
+    left = [t.name for t in threading.enumerate() if t.name.startswith("gradientmail-")]
+    assert not left, f"threads left running: {left}"
