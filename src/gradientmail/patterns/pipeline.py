@@ -102,8 +102,21 @@ Mailbox layout (one run per mailbox namespace; a new run uses a new URL)::
     claims/{id}/{seq}           the consumer that took it (put_if_absent, read back)
     aborted                     why the pipeline was stopped, if it was
 
-A consumer keeps a cursor per producer, so taking an item costs a read of the item, the
-claim and its read-back; nothing is listed.
+Costs over a mailbox
+    A consumer keeps a cursor per producer and visits producers round robin, so taking an
+    item costs three calls: a read of the item, the claim (``put_if_absent``) and its
+    read-back (:func:`gradientmail.patterns.common.claim`). Nothing is listed. A consumer
+    reads an item before claiming it, because the Mailbox API has no cheaper existence
+    check; with several consumers an item may be read twice, but it is delivered once, and
+    after a lost claim a consumer skips ahead by reading claims only. While it finds nothing,
+    a consumer polls each unfinished producer's next item and end record with a backoff from
+    1 ms up to ``poll_interval``, and reads heartbeats once per ``heartbeat_interval``. A
+    producer costs one ``put_if_absent`` per item, one read per backpressure poll, and a
+    heartbeat write plus two reads per ``heartbeat_interval``.
+
+    A consumer checks leases only while it has nothing else to take, so a dead producer is
+    reported once the live ones have nothing ready. Closing a consumer early drops the items
+    it had already claimed and not returned (at most ``prefetch``): claims are permanent.
 
 Statistics
     ``pipe.stats()`` returns, for the producers and consumers opened through this handle,
