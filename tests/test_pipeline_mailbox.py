@@ -31,8 +31,9 @@ from tests.rigs import Rig
 pytestmark = pytest.mark.timeout(180)
 
 JOIN = 60.0
-#: Fast failure detection for tests: a beat every 0.1 s, lost after 1.5 s of silence.
-FAST = {"heartbeat_interval": 0.1, "lease": 1.5, "poll_interval": 0.01}
+#: Quick failure detection for tests: a beat every 0.1 s, lost after 3 s of silence (a margin
+#: for a loaded 2-core machine, where a live heartbeat thread can be late).
+FAST = {"heartbeat_interval": 0.1, "lease": 3.0, "poll_interval": 0.01}
 
 
 class Boom(RuntimeError):
@@ -396,12 +397,27 @@ def test_a_producer_declared_lost_is_fenced_when_it_wakes_up(rig_file: Rig) -> N
 
 def test_leaving_early_stops_the_threads(rig: Rig) -> None:
     url = rig.url()
-    pipe = open_pipe(url, ["a"], rig.options, **FAST)
-    out = pipe.producer("a")
+    pipe = open_pipe(url, ["early"], rig.options, **FAST)
+    out = pipe.producer("early")
     for seq in range(3):
-        out.put(payload("a", seq))
-    with pipe.consumer("c") as items:
-        assert parse(next(items)) == ("a", 0)
+        out.put(payload("early", seq))
+    with pipe.consumer("early-c") as items:
+        assert parse(next(items)) == ("early", 0)
     out.done()
-    left = [t.name for t in threading.enumerate() if t.name.startswith("gradientmail-")]
+    left = [t.name for t in threading.enumerate() if t.name.endswith(("-early", "-early-c"))]
     assert not left, f"threads left running: {left}"
+
+
+def test_an_aborted_producer_stops_heartbeating(rig: Rig) -> None:
+    url = rig.url()
+    pipe = open_pipe(url, ["doomed"], rig.options, **FAST)
+    out = pipe.producer("doomed")
+    pipe.abort("test")
+    beat = "gradientmail-heartbeat-doomed"
+    threads = [t for t in threading.enumerate() if t.name == beat]
+    for thread in threads:
+        thread.join(JOIN)
+    assert threads
+    assert not [t for t in threads if t.is_alive()]
+    with pytest.raises(PipelineAbortedError, match="test"):
+        out.put(b"too late")

@@ -940,9 +940,11 @@ class _MailboxProducer(Producer[bytes]):
                         f"{end.get('by')} (its heartbeat was silent for over "
                         f"{self._core.lease}s); items from #{end.get('count')} on are discarded"
                     )
+                    return  # fenced: nothing this producer does counts any more
                 reason = self._core.aborted_reason()
                 if reason is not None:
                     self._stopped = f"the pipeline was aborted: {reason}"
+                    return
             except GradientMailError:
                 # A store hiccup: the next beat retries. If the store stays unreachable,
                 # consumers declare this producer lost and the fence stops it.
