@@ -18,6 +18,7 @@ Usage: python benchmarks/pipeline.py [--batches 128] [--producers 15] [--dir DIR
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -79,6 +80,8 @@ def main() -> None:
     parser.add_argument("--case1-seconds", type=float, default=1.0)
     parser.add_argument("--dir", help="where the file:// mailbox lives (default: $TMPDIR)")
     args = parser.parse_args()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"machine: {os.cpu_count()} CPUs, load average {load} (waits grow on a busy machine)")
     bench_case2(args)
     bench_case1(args)
 

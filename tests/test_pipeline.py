@@ -376,3 +376,11 @@ def test_put_after_done_raises() -> None:
 def test_bad_configuration_is_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Pipeline.in_process(**kwargs)
+
+
+def test_decode_is_applied_to_each_item() -> None:
+    pipe = Pipeline.in_process(["p"], stall_timeout=30)
+    with pipe.producer("p") as out:
+        out.put(2)
+        out.put(3)
+    assert list(pipe.consumer(decode=lambda n: n * 10)) == [20, 30]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gradientmail import ConfigurationError, from_url
+from gradientmail.patterns.common import WorkerError
 from gradientmail.patterns.pipeline import (
     Pipeline,
     PipelineAbortedError,
@@ -421,3 +422,28 @@ def test_an_aborted_producer_stops_heartbeating(rig: Rig) -> None:
     assert not [t for t in threads if t.is_alive()]
     with pytest.raises(PipelineAbortedError, match="test"):
         out.put(b"too late")
+
+
+def test_decode_runs_ahead_and_its_errors_arrive_after_earlier_items(rig: Rig) -> None:
+    url = rig.url()
+    names = ["a"]
+    pipe = open_pipe(url, names, rig.options)
+    with pipe.producer("a") as out:
+        for seq in range(4):
+            out.put(payload("a", seq))
+    consumer_threads: list[str] = []
+
+    def decode(data: bytes) -> tuple[str, int]:
+        consumer_threads.append(threading.current_thread().name)
+        producer, seq = parse(data)
+        if seq == 2:
+            raise ValueError("cannot decode item 2")
+        return producer, seq
+
+    got: list[tuple[str, int]] = []
+    with pytest.raises(WorkerError) as caught, pipe.consumer("c", decode=decode) as items:
+        got.extend(items)  # extend keeps what arrived before the error
+    assert got == [("a", 0), ("a", 1)]
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert "cannot decode item 2" in caught.value.worker_traceback
+    assert set(consumer_threads) == {"gradientmail-consumer-c"}, "decoded in the prefetch thread"

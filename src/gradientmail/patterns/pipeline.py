@@ -137,10 +137,10 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from gradientmail.errors import ConfigurationError, GradientMailError, KeyNotFoundError
 from gradientmail.mailbox import Mailbox, as_bytes
@@ -169,6 +169,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+U = TypeVar("U")
+Decode = Callable[[Any], Any]
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _SEQ_DIGITS = 12
@@ -433,7 +435,7 @@ class _Transport(ABC, Generic[T]):
     def producer(self, producer_id: str) -> Producer[T]: ...
 
     @abstractmethod
-    def consumer(self, consumer_id: str) -> Consumer[T]: ...
+    def consumer(self, consumer_id: str, decode: Decode | None) -> Consumer[Any]: ...
 
     @abstractmethod
     def abort(self, reason: str) -> None: ...
@@ -557,12 +559,27 @@ class Pipeline(Generic[T]):
             self._producers[producer_id] = handle.stats
         return handle
 
-    def consumer(self, consumer_id: str | None = None) -> Consumer[T]:
+    @overload
+    def consumer(self, consumer_id: str | None = None) -> Consumer[T]: ...
+
+    @overload
+    def consumer(
+        self, consumer_id: str | None = None, *, decode: Callable[[T], U]
+    ) -> Consumer[U]: ...
+
+    def consumer(
+        self, consumer_id: str | None = None, *, decode: Callable[[Any], Any] | None = None
+    ) -> Consumer[Any]:
         """Open a consumer. Any number may be open, in any threads or processes.
 
         Args:
             consumer_id: a name for statistics and claims; defaults to
                 ``{hostname}-{pid}-{n}``.
+            decode: applied to each item before the consumer returns it (bytes to tensors,
+                say). Over a mailbox it runs in the prefetch thread, ahead of the loop, so
+                the loop gets ready items; an error in it reaches the loop as a
+                ``WorkerError`` with the original chained. In process it runs in the
+                consumer's thread, and its errors propagate as they are.
         """
         with self._lock:
             self._consumer_count += 1
@@ -571,7 +588,9 @@ class Pipeline(Generic[T]):
             host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())[:64] or "host"
             consumer_id = f"{host}-{os.getpid()}-{number}"
         _check_id(consumer_id, "consumer id")
-        handle = self._transport.consumer(consumer_id)
+        if decode is not None and not callable(decode):
+            raise ConfigurationError(f"decode must be callable, not {type(decode).__name__}")
+        handle = self._transport.consumer(consumer_id, decode)
         with self._lock:
             self._consumers[consumer_id] = handle.stats
         return handle
@@ -664,8 +683,8 @@ class _LocalTransport(_Transport[Any]):
             self.registered.add(producer_id)
         return _LocalProducer(self, producer_id)
 
-    def consumer(self, consumer_id: str) -> Consumer[Any]:
-        return _LocalConsumer(self, consumer_id)
+    def consumer(self, consumer_id: str, decode: Decode | None) -> Consumer[Any]:
+        return _LocalConsumer(self, consumer_id, decode)
 
     def abort(self, reason: str) -> None:
         with self.lock:
@@ -731,15 +750,20 @@ class _LocalProducer(Producer[Any]):
 
 
 class _LocalConsumer(Consumer[Any]):
-    def __init__(self, core: _LocalTransport, consumer_id: str) -> None:
+    def __init__(self, core: _LocalTransport, consumer_id: str, decode: Decode | None) -> None:
         super().__init__(consumer_id, ConsumerStats(idle_while_available_s=0.0))
         self._core = core
+        self._decode = decode
         self._closed = False
 
     def close(self) -> None:
         self._closed = True
 
     def __next__(self) -> Any:
+        item = self._take()
+        return item if self._decode is None else self._decode(item)
+
+    def _take(self) -> Any:
         if self._closed:
             raise StopIteration
         core = self._core
@@ -887,8 +911,8 @@ class _MailboxTransport(_Transport[bytes]):
     def producer(self, producer_id: str) -> Producer[bytes]:
         return _MailboxProducer(self, producer_id)
 
-    def consumer(self, consumer_id: str) -> Consumer[bytes]:
-        return _MailboxConsumer(self, consumer_id)
+    def consumer(self, consumer_id: str, decode: Decode | None) -> Consumer[Any]:
+        return _MailboxConsumer(self, consumer_id, decode)
 
     def abort(self, reason: str) -> None:
         self.mailbox.put_if_absent("aborted", _json({"reason": reason}))
@@ -1053,12 +1077,22 @@ class _Cursor:
 _END = object()
 
 
-class _MailboxConsumer(Consumer[bytes]):
-    def __init__(self, core: _MailboxTransport, consumer_id: str) -> None:
+class _Item:
+    """A decoded item in the prefetch buffer (so that no item is mistaken for a marker)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class _MailboxConsumer(Consumer[Any]):
+    def __init__(self, core: _MailboxTransport, consumer_id: str, decode: Decode | None) -> None:
         super().__init__(consumer_id, ConsumerStats())
         self._core = core
         self._box = core.mailbox
-        self._buffer: HandoffBuffer[bytes] = HandoffBuffer(core.prefetch)
+        self._decode = decode
+        self._buffer: HandoffBuffer[Any] = HandoffBuffer(core.prefetch)
         self._stop = threading.Event()
         self._done = False
         now = time.monotonic()
@@ -1072,7 +1106,7 @@ class _MailboxConsumer(Consumer[bytes]):
 
     # -- the consumer's side ------------------------------------------------------------
 
-    def __next__(self) -> bytes:
+    def __next__(self) -> Any:
         if self._done:
             raise StopIteration
         entry, waited = self._buffer.get()
@@ -1087,9 +1121,9 @@ class _MailboxConsumer(Consumer[bytes]):
         if isinstance(entry, CarriedError):
             self._done = True
             entry.reraise(f"the prefetch thread of pipeline consumer {self.id!r}")
-        assert isinstance(entry, bytes)
+        assert isinstance(entry, _Item)
         self.stats.items += 1
-        return entry
+        return entry.value
 
     def close(self) -> None:
         self._done = True
@@ -1120,7 +1154,8 @@ class _MailboxConsumer(Consumer[bytes]):
             searching_since += time.perf_counter() - held  # a full buffer is not a stall
             data = self._take_one()
             if data is not None:
-                if not self._buffer.put(data):
+                value = data if self._decode is None else self._decode(data)
+                if not self._buffer.put(_Item(value)):
                     return
                 backoff.reset()
                 searching_since = time.perf_counter()
