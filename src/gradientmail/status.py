@@ -152,7 +152,7 @@ def format_status(status: RunStatus) -> str:
                 age,
             )
         )
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     lines.extend(

@@ -1,0 +1,170 @@
+"""``Session`` (SPEC §6): registration, cheap steps, periodic progress, finished/failed."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gradientmail import ConfigurationError, InvalidKeyError, Mailbox, TransientBackendError
+from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.session import Session, active_session
+
+
+def record(box: Mailbox, learner: str) -> dict[str, Any]:
+    return json.loads(box.get(f"learners/{learner}"))  # type: ignore[no-any-return]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout`` passes (a condition on the store)."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        pause.wait(0.01)
+    return predicate()
+
+
+class CountingMailbox:
+    """Counts writes, and can fail them on demand."""
+
+    def __init__(self, inner: Mailbox) -> None:
+        self.inner = inner
+        self.puts = 0
+        self.fail_puts = False
+
+    def put(self, key: str, data: bytes) -> None:
+        self.puts += 1
+        if self.fail_puts:
+            raise TransientBackendError("injected: store down", key=key)
+        self.inner.put(key, data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_entering_registers_the_learner(box: Mailbox) -> None:
+    with Session(box, "node-0", publish_every=60):
+        body = record(box, "node-0")
+        assert body["state"] == "running"
+        assert body["learner"] == "node-0"
+        assert body["started_at"] > 0
+
+
+def test_progress_appears_within_the_publish_period_and_steps_make_no_store_call(
+    box: Mailbox,
+) -> None:
+    period = 0.3
+    counting = CountingMailbox(box)
+    with Session(counting, "node-0", publish_every=period) as session:  # type: ignore[arg-type]
+        puts_before = counting.puts
+        for _ in range(1000):
+            session.step(samples=4)
+        assert counting.puts == puts_before, "step() never writes to the store"
+        stepped = time.monotonic()
+        assert wait_for(lambda: record(box, "node-0")["samples"] == 4000, timeout=period + 5)
+        appeared = time.monotonic() - stepped
+        body = record(box, "node-0")
+        assert body["steps"] == 1000
+        assert body["rate"] > 0
+    # Generous slack for a loaded machine, but far below "only on exit".
+    assert appeared <= period + 2.0, appeared
+    assert record(box, "node-0")["state"] == "finished"
+
+
+def test_unchanged_progress_is_not_republished(box: Mailbox) -> None:
+    counting = CountingMailbox(box)
+    with Session(counting, "quiet", publish_every=0.05) as session:  # type: ignore[arg-type]
+        session.step(samples=1)
+        assert wait_for(lambda: record(box, "quiet")["samples"] == 1, timeout=5)
+        published = counting.puts
+        # Several periods pass with no progress: nothing new is written.
+        assert not wait_for(lambda: counting.puts > published, timeout=0.3)
+
+
+def test_exit_records_finished(box: Mailbox) -> None:
+    with Session(box, "ok", publish_every=60) as session:
+        session.step(samples=3)
+    body = record(box, "ok")
+    assert body["state"] == "finished"
+    assert body["error"] is None
+    assert body["samples"] == 3
+    assert body["finished_at"] >= body["started_at"]
+
+
+class Diverged(RuntimeError):
+    pass
+
+
+def test_exit_by_exception_records_failed_with_the_error_type(box: Mailbox) -> None:
+    with pytest.raises(Diverged), Session(box, "bad", publish_every=60):
+        raise Diverged("loss is nan")
+    body = record(box, "bad")
+    assert body["state"] == "failed"
+    assert body["error"].endswith("Diverged")
+    assert "nan" not in json.dumps(body), "only the type is recorded"
+
+
+def test_publisher_thread_ends_on_exit(box: Mailbox) -> None:
+    with Session(box, "t", publish_every=0.05):
+        pass
+    alive = [t for t in threading.enumerate() if t.name.startswith("gradientmail-session")]
+    assert alive == []
+
+
+def test_a_failing_periodic_publish_does_not_interrupt_training(box: Mailbox) -> None:
+    counting = CountingMailbox(box)
+    with Session(counting, "flaky", publish_every=0.05) as session:  # type: ignore[arg-type]
+        counting.fail_puts = True
+        session.step(samples=1)
+        assert wait_for(lambda: session.publish_error is not None, timeout=5)
+        session.step(samples=1)  # training goes on
+        counting.fail_puts = False
+    assert record(box, "flaky")["samples"] == 2
+
+
+def test_composes_with_shared_queue_and_records_units(box: Mailbox) -> None:
+    units = {f"lane0-{i}": i for i in range(4)}
+    session = Session(box, "node-0", publish_every=60)
+    with (
+        session,
+        shared_queue(units, mailbox=box, learner_id="node-0", load=lambda u: [u, u]) as items,
+    ):
+        assert active_session("node-0") is session
+        for _ in items:
+            session.step(samples=1)
+    assert active_session("node-0") is None
+    body = record(box, "node-0")
+    assert body["units_claimed"] == 4
+    assert body["units_finished"] == 4
+    assert body["samples"] == 8
+    for identifier, claimed, started, finished in body["units"]:
+        assert identifier in units
+        assert claimed <= started <= finished
+
+
+def test_a_queue_reports_only_to_the_session_of_its_learner(box: Mailbox) -> None:
+    units = {"u": 1}
+    with (
+        Session(box, "a", publish_every=60) as a,
+        shared_queue(units, mailbox=box, learner_id="b", load=lambda u: [u]) as items,
+    ):
+        list(items)
+    assert a.units_claimed == 0
+
+
+def test_bad_arguments(box: Mailbox) -> None:
+    with pytest.raises(InvalidKeyError, match="learner id"):
+        Session(box, "a/b")
+    with pytest.raises(ConfigurationError, match="publish_every"):
+        Session(box, "a", publish_every=0)
+    session = Session(box, "once", publish_every=60)
+    with session:
+        pass
+    with pytest.raises(ConfigurationError, match="already entered"), session:
+        pass  # pragma: no cover - never entered

@@ -1,0 +1,159 @@
+"""``gradientmail status`` (SPEC §6): the right units and samples, during and after a run."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradientmail import Mailbox, MissingDependencyError, from_url
+from gradientmail.cli import main
+from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.session import Session
+from gradientmail.status import format_status, lane_of, plot_gantt, read_status
+
+UNITS = {f"lane{lane}-{i:02d}": i for lane in range(2) for i in range(6)}
+
+
+def run_learner(box: Mailbox, learner: str, samples_per_item: int, out: dict[str, Any]) -> None:
+    with (
+        Session(box, learner, publish_every=60) as session,
+        shared_queue(UNITS, mailbox=box, learner_id=learner, load=lambda u: [u, u]) as items,
+    ):
+        for _ in items:
+            session.step(samples=samples_per_item)
+        out[learner] = items.stats.snapshot()
+
+
+def finished_run(box: Mailbox) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    threads = [
+        threading.Thread(target=run_learner, args=(box, f"l{n}", n + 1, out)) for n in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return out
+
+
+def test_status_reports_the_right_units_and_samples(box: Mailbox) -> None:
+    stats = finished_run(box)
+    status = read_status(box)
+    assert status.total == len(UNITS)
+    assert status.claimed == len(UNITS)
+    assert status.left == 0
+    assert status.eta() == 0.0
+    assert [r["learner"] for r in status.learners] == ["l0", "l1", "l2"]
+    for n, record in enumerate(status.learners):
+        learner_stats = stats[f"l{n}"]
+        assert record["units_claimed"] == learner_stats.units_claimed
+        assert record["units_finished"] == learner_stats.units_finished
+        assert record["samples"] == 2 * learner_stats.units_finished * (n + 1)
+        assert record["state"] == "finished"
+    text = format_status(status)
+    assert f"{len(UNITS)} claimed of {len(UNITS)}" in text
+    assert "0 left" in text
+    assert "ETA done" in text
+
+
+def test_status_works_while_the_run_is_in_progress(box: Mailbox) -> None:
+    release = threading.Event()
+    halfway = threading.Event()
+    done: dict[str, Any] = {}
+
+    def learner() -> None:
+        def load(unit: int) -> Iterator[int]:
+            yield unit
+
+        with (
+            Session(box, "busy", publish_every=60) as session,
+            shared_queue(UNITS, mailbox=box, learner_id="busy", load=load, prefetch=1) as items,
+        ):
+            for n, _ in enumerate(items, 1):
+                session.step(samples=10)
+                if n == 4:
+                    session.publish()
+                    halfway.set()
+                    assert release.wait(30)
+        done["ok"] = True
+
+    thread = threading.Thread(target=learner)
+    thread.start()
+    try:
+        assert halfway.wait(30)
+        status = read_status(box)
+        (record,) = status.learners
+        assert record["state"] == "running"
+        assert record["samples"] == 40
+        assert record["units_finished"] == 3  # the 4th is being trained on
+        assert 4 <= status.claimed < len(UNITS)
+        assert status.left == len(UNITS) - 3
+        eta = status.eta()
+        assert eta is not None
+        assert eta > 0
+        assert "running" in format_status(status)
+    finally:
+        release.set()
+        thread.join(timeout=30)
+    assert done == {"ok": True}
+
+
+def test_status_without_a_run_says_so(box: Mailbox) -> None:
+    status = read_status(box)
+    assert status.total is None
+    assert status.learners == []
+    assert "no learner has registered yet" in format_status(status)
+
+
+def test_cli_prints_the_table_and_exits_0(
+    rig_file: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = rig_file.url()
+    finished_run(from_url(url))
+    assert main(["status", url]) == 0
+    out = capsys.readouterr().out
+    assert "l0" in out
+    assert "finished" in out
+    assert "0 left" in out
+    assert main(["status", url, "--watch", "--interval", "0.01"]) == 0, "a finished run ends watch"
+
+
+def test_cli_exits_1_when_a_learner_failed(
+    rig_file: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = rig_file.url()
+    box = from_url(url)
+    with pytest.raises(ZeroDivisionError), Session(box, "crashed", publish_every=60):
+        _ = 1 / 0
+    assert main(["status", url]) == 1
+    assert "failed (ZeroDivisionError)" in capsys.readouterr().out
+
+
+def test_plot_draws_a_png(tmp_path: Path, rig_file: Any) -> None:
+    url = rig_file.url()
+    finished_run(from_url(url))
+    target = tmp_path / "run.png"
+    assert main(["status", url, "--plot", str(target)]) == 0
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    box = from_url("memory://status-no-mpl")
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'gradientmail\[plot\]'"):
+        plot_gantt(read_status(box), str(tmp_path / "x.png"))
+
+
+def test_lanes_come_from_identifiers() -> None:
+    assert lane_of("lane2-0017") == "lane2"
+    assert lane_of("a-b-3") == "a-b"
+    assert lane_of("shard7") == ""
