@@ -282,8 +282,10 @@ class BaseMailbox(ABC):
         return outcome is not None
 
     def get(self, key: str) -> bytes:
-        """See :meth:`Mailbox.get`."""
-        return self._read(validate_key(key))[0]
+        """See :meth:`Mailbox.get`. Transient failures are retried per the retry policy."""
+        key = validate_key(key)
+        data: bytes = self._with_retries(key, lambda: self._read(key))[0]
+        return data
 
     def list(self, prefix: str = "") -> Iterator[str]:
         """See :meth:`Mailbox.list`. The prefix is checked before this returns."""
@@ -304,7 +306,8 @@ class BaseMailbox(ABC):
         """See :meth:`Mailbox.get_versioned`."""
         key = validate_key(key)
         self._require(Capability.COMPARE_AND_SWAP, "get_versioned")
-        return self._read(key)
+        result: tuple[bytes, Version] = self._with_retries(key, lambda: self._read(key))
+        return result
 
     def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None:
         """See :meth:`Mailbox.put_if_match`."""
@@ -345,7 +348,11 @@ class BaseMailbox(ABC):
 
     @abstractmethod
     def _iter_keys(self, prefix: str) -> Iterator[str]:
-        """Yield keys starting with ``prefix`` in ascending order, page by page."""
+        """Yield keys starting with ``prefix`` in ascending order, page by page.
+
+        Backends that fetch pages over the network retry each page fetch with
+        ``self._with_retries`` (the base class cannot retry inside a generator).
+        """
 
     def _replace(
         self, key: str, data: bytes, version: Version, write_id: str
@@ -416,7 +423,7 @@ class BaseMailbox(ABC):
     ) -> Version | None:
         """Decide an ambiguous conditional write by reading the key's write id back."""
         try:
-            stat = self._stat(key)
+            stat: Stat | None = self._with_retries(key, lambda: self._stat(key))
         except BackendError as exc:
             raise OutcomeUnknownError(
                 "a conditional write may have been stored, and reading the key back failed",

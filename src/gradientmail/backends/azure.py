@@ -396,10 +396,6 @@ class AzureMailbox(BaseMailbox):
             raise self._map_error(exc, key) from exc
 
     def _read(self, key: str) -> tuple[bytes, Version]:
-        result: tuple[bytes, Version] = self._with_retries(key, partial(self._read_once, key))
-        return result
-
-    def _read_once(self, key: str) -> tuple[bytes, Version]:
         try:
             download = self._blob(key).download_blob(max_concurrency=1)
             data = download.readall()
@@ -410,10 +406,6 @@ class AzureMailbox(BaseMailbox):
         return bytes(data), Version(str(download.properties.etag))
 
     def _stat(self, key: str) -> Stat | None:
-        stat: Stat | None = self._with_retries(key, partial(self._stat_once, key))
-        return stat
-
-    def _stat_once(self, key: str) -> Stat | None:
         try:
             properties = self._blob(key).get_blob_properties()
         except self._sdk_errors() as exc:

@@ -388,10 +388,6 @@ class GCSMailbox(BaseMailbox):
             raise self._map_error(exc, key) from exc
 
     def _read(self, key: str) -> tuple[bytes, Version]:
-        result: tuple[bytes, Version] = self._with_retries(key, partial(self._read_once, key))
-        return result
-
-    def _read_once(self, key: str) -> tuple[bytes, Version]:
         from google.api_core.exceptions import NotFound
 
         blob = self._connect().blob(self.prefix + key)
@@ -407,10 +403,6 @@ class GCSMailbox(BaseMailbox):
         return data, Version(str(blob.generation))
 
     def _stat(self, key: str) -> Stat | None:
-        stat: Stat | None = self._with_retries(key, partial(self._stat_once, key))
-        return stat
-
-    def _stat_once(self, key: str) -> Stat | None:
         try:
             blob = self._connect().get_blob(self.prefix + key, retry=None, timeout=self._timeout)
         except self._sdk_errors() as exc:
