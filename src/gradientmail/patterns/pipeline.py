@@ -350,7 +350,8 @@ class Producer(ABC, Generic[T]):
     """One registered producer. Use it as a context manager, or call ``done``/``fail``.
 
     Leaving the ``with`` block normally calls ``done()``; leaving it through an exception
-    calls ``fail(exc)`` and lets the exception continue in the producer.
+    calls ``fail(exc)`` and lets the exception continue in the producer. A handle is used
+    by one thread at a time; give each producing thread its own declared id.
     """
 
     def __init__(self, producer_id: str, stats: ProducerStats) -> None:
@@ -405,7 +406,8 @@ class Consumer(ABC, Generic[T]):
     Iteration stops when every declared producer has finished and every item is taken.
     It raises ``ProducerFailedError`` (after the failed producer's items),
     ``PipelineStalledError`` or ``PipelineAbortedError``. Use it as a context manager so
-    that a mailbox consumer's prefetch thread is stopped when you leave early.
+    that a mailbox consumer's prefetch thread is stopped when you leave early. A handle is
+    iterated by one thread; open one consumer per consuming thread.
     """
 
     def __init__(self, consumer_id: str, stats: ConsumerStats) -> None:
