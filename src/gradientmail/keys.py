@@ -21,7 +21,7 @@ MAX_KEY_BYTES = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def _check_text(value: object, what: str) -> str:
+def _check_text(value: object, what: str, max_bytes: int = MAX_KEY_BYTES) -> str:
     if not isinstance(value, str):
         raise InvalidKeyError(value, f"a {what} must be a str, not {type(value).__name__}")
     match = _CONTROL.search(value)
@@ -37,17 +37,26 @@ def _check_text(value: object, what: str) -> str:
         raise InvalidKeyError(
             value, f"a {what} must be encodable as UTF-8 ({exc.reason})"
         ) from None
-    if size > MAX_KEY_BYTES:
+    if size > max_bytes:
+        why = ""
+        if max_bytes < MAX_KEY_BYTES:
+            why = (
+                f"; the store limits object names to {MAX_KEY_BYTES} bytes and this mailbox's "
+                f"prefix takes {MAX_KEY_BYTES - max_bytes} of them"
+            )
         raise InvalidKeyError(
-            value, f"a {what} must be at most {MAX_KEY_BYTES} bytes in UTF-8 (this one is {size})"
+            value, f"a {what} must be at most {max_bytes} bytes in UTF-8 (this one is {size}){why}"
         )
     if value.startswith("/"):
         raise InvalidKeyError(value, f"a {what} must not start with '/'")
     return value
 
 
-def validate_key(key: object) -> str:
+def validate_key(key: object, max_bytes: int = MAX_KEY_BYTES) -> str:
     """Return ``key`` unchanged if it is a valid key, else raise ``InvalidKeyError``.
+
+    ``max_bytes`` is lower than 1024 for an object-store mailbox under a prefix, because the
+    store's 1024-byte limit applies to the prefix and key together.
 
     Raises:
         InvalidKeyError: naming the rule broken: not a str, empty, over 1024 bytes,
@@ -56,7 +65,7 @@ def validate_key(key: object) -> str:
     """
     if key == "":
         raise InvalidKeyError(key, "a key must not be empty")
-    text = _check_text(key, "key")
+    text = _check_text(key, "key", max_bytes)
     for index, segment in enumerate(text.split("/")):
         if segment == "":
             raise InvalidKeyError(

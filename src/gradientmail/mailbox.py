@@ -37,7 +37,7 @@ from gradientmail.errors import (
     OutcomeUnknownError,
     TransientBackendError,
 )
-from gradientmail.keys import validate_key, validate_prefix
+from gradientmail.keys import MAX_KEY_BYTES, validate_key, validate_prefix
 
 __all__ = [
     "BaseMailbox",
@@ -103,6 +103,11 @@ class Mailbox(Protocol):
 
     def supports(self, capability: Capability) -> bool:
         """Whether this mailbox declares ``capability``."""
+        ...
+
+    @property
+    def max_key_bytes(self) -> int:
+        """The longest key accepted, in UTF-8 bytes: 1024, less an object store's prefix."""
         ...
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -238,6 +243,9 @@ class BaseMailbox(ABC):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     retry_policy: ClassVar[RetryPolicy] = RetryPolicy()
+    #: Object stores: what precedes every key in the store's object names (the URL's
+    #: prefix and its '/'). It counts toward the store's 1024-byte name limit.
+    object_name_prefix: str = ""
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         self._url = url
@@ -253,6 +261,19 @@ class BaseMailbox(ABC):
     def supports(self, capability: Capability) -> bool:
         """Whether this mailbox declares ``capability``."""
         return capability in self.capabilities
+
+    @property
+    def max_key_bytes(self) -> int:
+        """The longest key accepted, in UTF-8 bytes.
+
+        1024 on memory:// and file://. Object stores limit the whole object name (prefix
+        and key) to 1024 bytes, so their backends return 1024 minus the prefix's length; a
+        longer key is rejected with ``InvalidKeyError`` before any request is sent.
+        """
+        return MAX_KEY_BYTES - len(self.object_name_prefix.encode("utf-8"))
+
+    def _key(self, key: object) -> str:
+        return validate_key(key, self.max_key_bytes)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} url={self._url!r}>"
@@ -275,7 +296,7 @@ class BaseMailbox(ABC):
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """See :meth:`Mailbox.put_if_absent`."""
-        key = validate_key(key)
+        key = self._key(key)
         body = as_bytes(data)
         write_id = new_write_id()
         outcome = self._conditional(key, write_id, lambda: self._create(key, body, write_id))
@@ -283,7 +304,7 @@ class BaseMailbox(ABC):
 
     def get(self, key: str) -> bytes:
         """See :meth:`Mailbox.get`. Transient failures are retried per the retry policy."""
-        key = validate_key(key)
+        key = self._key(key)
         data: bytes = self._with_retries(key, lambda: self._read(key))[0]
         return data
 
@@ -293,25 +314,25 @@ class BaseMailbox(ABC):
 
     def put(self, key: str, data: bytes) -> None:
         """See :meth:`Mailbox.put`."""
-        key = validate_key(key)
+        key = self._key(key)
         body = as_bytes(data)
         self._with_retries(key, lambda: self._write(key, body, new_write_id()))
 
     def delete(self, key: str) -> None:
         """See :meth:`Mailbox.delete`."""
-        key = validate_key(key)
+        key = self._key(key)
         self._with_retries(key, lambda: self._delete(key))
 
     def get_versioned(self, key: str) -> tuple[bytes, Version]:
         """See :meth:`Mailbox.get_versioned`."""
-        key = validate_key(key)
+        key = self._key(key)
         self._require(Capability.COMPARE_AND_SWAP, "get_versioned")
         result: tuple[bytes, Version] = self._with_retries(key, lambda: self._read(key))
         return result
 
     def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None:
         """See :meth:`Mailbox.put_if_match`."""
-        key = validate_key(key)
+        key = self._key(key)
         body = as_bytes(data)
         self._require(Capability.COMPARE_AND_SWAP, "put_if_match")
         if not isinstance(version, Version):

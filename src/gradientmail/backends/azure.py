@@ -132,6 +132,7 @@ class AzureMailbox(BaseMailbox):
             )
         self.container = container
         self.prefix = prefix  # "" or ending in "/"
+        self.object_name_prefix = prefix
         self._connection_string: str | None = settings.get("connection_string")
         self._account_url: str | None = settings.get("account_url")
         self._timeouts = (settings["connect_timeout"], settings["read_timeout"])

@@ -109,6 +109,7 @@ class GCSMailbox(BaseMailbox):
         settings = parse_options("gs", options, _OPTIONS, _DEFAULTS)
         self.bucket = bucket
         self.prefix = prefix  # "" or ending in "/"
+        self.object_name_prefix = prefix
         self._project: str | None = settings.get("project")
         self._emulator: str | None = settings.get("emulator_host")
         self._timeout = (settings["connect_timeout"], settings["read_timeout"])
