@@ -211,8 +211,9 @@ def plot_gantt(status: RunStatus, path: str) -> None:
             end = finished if finished is not None else until
             end_of_run = max(end_of_run, float(end))
             lane = lane_of(str(identifier))
-            lanes.setdefault(lane, len(lanes))
+            lanes.setdefault(lane, 0)
             bars.append((row, float(begin) - origin, float(end) - float(begin), lane))
+    lanes = {lane: index for index, lane in enumerate(sorted(lanes))}
     figure = Figure(figsize=(10, 1.2 + 0.6 * max(1, len(labels))))
     axes = figure.add_subplot()
     palette = [f"C{i % 10}" for i in range(max(1, len(lanes)))]

@@ -1,0 +1,243 @@
+"""Four learners of unequal speed train on one dataset through a shared queue.
+
+The README's demo. It writes a small synthetic token dataset (48 shards), then starts four
+learner processes, slowed down 1x, 2x, 2x and 4x, that share the shards through a mailbox
+(``file://`` in a temporary directory unless you pass ``--url``). Each learner trains a tiny
+language model on CPU on the shards it claims, with a learning-rate schedule driven by the
+global step stored with each batch. Nobody knows anyone's speed: the fast learner simply
+claims more shards, and all four finish together.
+
+    python examples/train_shared_queue.py            # about 30 s; no network, no GPU
+    gradientmail status URL --plot run.png            # the command it prints at the end
+
+Each learner's loop is the one a real run uses::
+
+    with session, shared_queue(shards, mailbox=box, learner_id=name, load=load_unit,
+                               order=my_lane_first) as batches:
+        for step, tokens in batches:
+            set_lr(optimizer, schedule(step))
+            ...train...
+            session.step(samples=len(tokens))
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import gradientmail
+from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.session import Session
+
+VOCAB = 64
+SEQ = 32
+BATCH = 16
+
+
+# -- the dataset ------------------------------------------------------------------------------
+
+
+def write_dataset(root: Path, shards: int, batches: int, seed: int = 0) -> dict[str, Any]:
+    """Write ``shards`` files of token batches; return identifier → (shard index, path).
+
+    Each sequence counts up by a per-sequence stride modulo ``VOCAB``, so the next token is
+    predictable from the previous two and the loss visibly falls.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(seed)
+    lanes = 4
+    units: dict[str, Any] = {}
+    for index in range(shards):
+        start = torch.randint(0, VOCAB, (batches, BATCH, 1), generator=generator)
+        stride = torch.randint(1, 8, (batches, BATCH, 1), generator=generator)
+        tokens = (start + stride * torch.arange(SEQ + 1)) % VOCAB
+        path = root / f"shard-{index:03d}.pt"
+        torch.save(tokens, path)
+        units[f"lane{index % lanes}-{index // lanes:03d}"] = (index, str(path))
+    return units
+
+
+def load_unit(unit: tuple[int, str]) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield ``(global step, token batch)`` for each batch of one shard."""
+    index, path = unit
+    tokens = torch.load(path, weights_only=True)
+    for j in range(tokens.shape[0]):
+        yield index * tokens.shape[0] + j, tokens[j]
+
+
+# -- the model and schedule -------------------------------------------------------------------
+
+
+class TinyLM(nn.Module):
+    """Predicts the next token from the previous two."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 32)
+        self.mlp = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, VOCAB))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        pairs = torch.cat([self.embed(tokens[:, :-1]), self.embed(tokens[:, 1:])], dim=-1)
+        return self.mlp(pairs)  # type: ignore[no-any-return]
+
+
+def schedule(step: int, total: int, base: float = 3e-3, warmup: int = 20) -> float:
+    """Linear warm-up, then cosine decay, by global step."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+# -- one learner ------------------------------------------------------------------------------
+
+
+def learner(
+    name: str,
+    slowdown: float,
+    url: str,
+    units: dict[str, Any],
+    order: list[str],
+    total_steps: int,
+    base_seconds: float,
+    start: Any,
+    results: Any,
+) -> None:
+    """Train on the shards this learner claims; report units, samples and busy time."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    box = gradientmail.from_url(url)
+    model = TinyLM()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
+    loss_fn = nn.CrossEntropyLoss()
+    busy = 0.0
+    loss = float("nan")
+    start.wait()  # every process has imported torch and built its model
+    session = Session(box, name, publish_every=1.0)
+    with (
+        session,
+        shared_queue(units, mailbox=box, learner_id=name, load=load_unit, order=order) as batches,
+    ):
+        for step, tokens in batches:
+            began = time.perf_counter()
+            for group in optimizer.param_groups:
+                group["lr"] = schedule(step, total_steps)
+            logits = model(tokens[:, :-1])
+            batch_loss = loss_fn(logits.reshape(-1, VOCAB), tokens[:, 2:].reshape(-1))
+            optimizer.zero_grad()
+            batch_loss.backward()
+            optimizer.step()
+            loss = batch_loss.item()
+            # The artificial slowdown: this learner's "GPU" is `slowdown` times slower.
+            spare = base_seconds * slowdown - (time.perf_counter() - began)
+            if spare > 0:
+                time.sleep(spare)
+            busy += time.perf_counter() - began
+            session.step(samples=tokens.shape[0])
+        stats = batches.stats.snapshot()
+    results.put(
+        {
+            "name": name,
+            "slowdown": slowdown,
+            "units": stats.units_finished,
+            "samples": session.samples,
+            "busy": busy,
+            "end": time.time(),
+            "loss": loss,
+        }
+    )
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="mailbox URL for the run (default: a new file:// dir)")
+    parser.add_argument("--shards", type=int, default=48, help="units of work (default 48)")
+    parser.add_argument("--batches", type=int, default=8, help="batches per shard (default 8)")
+    parser.add_argument(
+        "--slowdowns", default="1,2,2,4", help="one slowdown per learner (default 1,2,2,4)"
+    )
+    parser.add_argument(
+        "--batch-ms", type=float, default=40.0, help="the fastest learner's ms per batch"
+    )
+    args = parser.parse_args(argv)
+    slowdowns = [float(s) for s in args.slowdowns.split(",")]
+    workdir = Path(tempfile.mkdtemp(prefix="gradientmail-demo-"))
+    url = args.url or f"file://{workdir / 'run'}"
+    box = gradientmail.from_url(url)
+    if next(iter(box.list()), None) is not None:
+        print(f"{url} already holds a run; reservations are permanent, use a new URL")
+        return 2
+    units = write_dataset(workdir / "data", args.shards, args.batches)
+    total_steps = args.shards * args.batches
+    names = [f"learner-{n}" for n in range(len(slowdowns))]
+    print(
+        f"{len(units)} shards x {args.batches} batches, {len(names)} learners slowed "
+        f"{', '.join(f'{s:g}x' for s in slowdowns)}, mailbox {url}"
+    )
+
+    ctx = mp.get_context("spawn")
+    start = ctx.Barrier(len(names) + 1)
+    results = ctx.Queue()
+    procs = []
+    for n, (name, slowdown) in enumerate(zip(names, slowdowns, strict=True)):
+        lane = f"lane{n % 4}-"
+        order = [u for u in units if u.startswith(lane)]  # its own lane first
+        proc = ctx.Process(
+            target=learner,
+            args=(
+                name,
+                slowdown,
+                url,
+                units,
+                order,
+                total_steps,
+                args.batch_ms / 1000.0,
+                start,
+                results,
+            ),
+        )
+        proc.start()
+        procs.append(proc)
+    start.wait()
+    began = time.time()
+    reports = sorted((results.get(timeout=600) for _ in procs), key=lambda r: r["name"])
+    for proc in procs:
+        proc.join(timeout=60)
+    makespan = max(r["end"] for r in reports) - began
+
+    print(
+        f"\n{'learner':<10} {'slowdown':>8} {'units':>6} {'samples':>8} {'busy s':>7} {'loss':>6}"
+    )
+    for r in reports:
+        print(
+            f"{r['name']:<10} {r['slowdown']:>7g}x {r['units']:>6} {r['samples']:>8} "
+            f"{r['busy']:>7.1f} {r['loss']:>6.3f}"
+        )
+    # A fixed split gives every learner len(units)/N shards at its measured pace per shard.
+    per_learner = len(units) / len(reports)
+    fixed = max(r["busy"] / r["units"] * per_learner for r in reports if r["units"])
+    print(
+        f"\nmakespan {makespan:.1f}s with the shared queue; a fixed split of "
+        f"{per_learner:g} shards each would take {fixed:.1f}s ({fixed / makespan:.1f}x longer)"
+    )
+    print(f"\nSee the run:\n  gradientmail status {url} --plot run.png")
+    return 0 if all(proc.exitcode == 0 for proc in procs) else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.exit(main())
