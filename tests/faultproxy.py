@@ -38,7 +38,9 @@ acts on matching requests number ``nth`` to ``nth + times - 1`` (1-based; ``time
 acts on every one from ``nth`` on). When several rules act on one request, the one added
 first wins. ``rule.hits`` counts the requests a rule acted on, ``rule.fired`` is a
 ``threading.Event`` set on its first action, and ``proxy.requests`` lists every request
-seen, in arrival order. ``proxy.clear()`` removes all rules.
+seen, in arrival order. ``proxy.clear()`` removes all rules. ``then=callback`` runs each
+time the rule acts, before the client hears anything; ``then=proxy.stop_listening`` makes
+every later connection attempt fail with "connection refused" (an endpoint that went away).
 
 The proxy is for tests only: it trusts its input, buffers whole bodies in memory and opens
 one upstream connection per request.
@@ -144,6 +146,9 @@ class Rule:
     #: Statuses the store answered to requests whose response this rule dropped.
     upstream_statuses: list[int] = field(default_factory=list)
     fired: threading.Event = field(default_factory=threading.Event)
+    #: Called (in the proxy's thread) each time the rule acts, before the client hears
+    #: anything: e.g. ``proxy.stop_listening`` so that the SDK's retry finds nothing there.
+    then: Callable[[], None] | None = None
 
     def _acts_on(self) -> bool:
         """Count one matching request; whether this rule acts on it."""
@@ -255,6 +260,8 @@ class _Handler(socketserver.StreamRequestHandler):
         rule = proxy._decide(request)
         keep_alive = "close" not in (_header(headers, "connection") or "").lower()
 
+        if rule is not None and rule.then is not None and rule.action != "drop-response":
+            rule.then()
         if rule is not None and rule.action == "drop-request":
             return False
         if rule is not None and rule.action == "respond":
@@ -293,6 +300,8 @@ class _Handler(socketserver.StreamRequestHandler):
         if rule is not None:  # drop-response: the store has acted; the client hears nothing
             with proxy._lock:
                 rule.upstream_statuses.append(status)
+            if rule.then is not None:
+                rule.then()
             return False
         reply = [(k, v) for k, v in rheaders if k.lower() not in _HOP_BY_HOP]
         if not keep_alive:
@@ -328,6 +337,7 @@ class FaultProxy:
         self._connections: set[socket.socket] = set()
         self.requests: list[Request] = []
         self._server: _Server | None = None
+        self._listening: _Server | None = None
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -343,18 +353,28 @@ class FaultProxy:
         """Listen on a free loopback port and serve in a background thread."""
         server = _Server(("127.0.0.1", 0), _Handler)
         server.proxy = self
-        self._server = server
+        self._server = self._listening = server
         self._thread = threading.Thread(target=server.serve_forever, name="faultproxy", daemon=True)
         self._thread.start()
         return self
 
+    def stop_listening(self) -> None:
+        """Refuse new connections from now on (connections already open carry on).
+
+        Safe to call from a rule's ``then`` callback.
+        """
+        with self._lock:
+            server, self._listening = self._listening, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
     def stop(self) -> None:
         """Stop serving and close every open connection."""
-        server, self._server = self._server, None
-        if server is None:
+        self.stop_listening()
+        if self._server is None:
             return
-        server.shutdown()
-        server.server_close()
+        self._server = None
         with self._lock:
             connections = list(self._connections)
         for conn in connections:
@@ -381,13 +401,25 @@ class FaultProxy:
             self._rules.append(rule)
         return rule
 
-    def drop_response(self, when: Predicate, nth: int = 1, times: int | None = 1) -> Rule:
+    def drop_response(
+        self,
+        when: Predicate,
+        nth: int = 1,
+        times: int | None = 1,
+        then: Callable[[], None] | None = None,
+    ) -> Rule:
         """Forward, let the store act, then close the client connection with no response."""
-        return self.add(Rule(when, "drop-response", nth, times))
+        return self.add(Rule(when, "drop-response", nth, times, then=then))
 
-    def drop_request(self, when: Predicate, nth: int = 1, times: int | None = 1) -> Rule:
+    def drop_request(
+        self,
+        when: Predicate,
+        nth: int = 1,
+        times: int | None = 1,
+        then: Callable[[], None] | None = None,
+    ) -> Rule:
         """Close the client connection without forwarding the request."""
-        return self.add(Rule(when, "drop-request", nth, times))
+        return self.add(Rule(when, "drop-request", nth, times, then=then))
 
     def respond(
         self,
@@ -397,9 +429,11 @@ class FaultProxy:
         times: int | None = 1,
         body: bytes = b"",
         headers: Mapping[str, str] | None = None,
+        then: Callable[[], None] | None = None,
     ) -> Rule:
         """Answer ``status`` (with ``body`` and ``headers``) instead of forwarding."""
-        return self.add(Rule(when, "respond", nth, times, status, body, dict(headers or {})))
+        rule = Rule(when, "respond", nth, times, status, body, dict(headers or {}), then=then)
+        return self.add(rule)
 
     def fail(self, when: Predicate, status: int = 503, nth: int = 1, times: int | None = 1) -> Rule:
         """Answer ``status`` (a 5xx) with an empty body instead of forwarding."""

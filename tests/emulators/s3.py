@@ -87,9 +87,29 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def _port_pair(offset: int, avoid: set[int]) -> int:
+    """A free loopback port ``p`` such that ``p + offset`` is free too."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as first:
+            first.bind(("127.0.0.1", 0))
+            port = int(first.getsockname()[1])
+            if port + offset > 65535 or port in avoid or port + offset in avoid:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as second:
+                try:
+                    second.bind(("127.0.0.1", port + offset))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError(f"found no free port pair {offset} apart on 127.0.0.1")
+
+
 @contextlib.contextmanager
-def moto(log_dir: Path, bucket: str = BUCKET) -> Iterator[str]:
-    """Run ``moto_server`` on a free loopback port with ``bucket``; yield its endpoint."""
+def moto(log_dir: Path, bucket: str = BUCKET, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run ``moto_server`` on a free loopback port with ``bucket``; yield its endpoint.
+
+    ``env`` adds environment variables for the server (e.g. ``MOTO_S3_DEFAULT_KEY_BUFFER_SIZE``).
+    """
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     emulator = start(
@@ -98,6 +118,7 @@ def moto(log_dir: Path, bucket: str = BUCKET) -> Iterator[str]:
         port,
         lambda: port_open(port),
         log_dir,
+        env=env,
     )
     try:
         make_bucket(endpoint, bucket)
@@ -111,9 +132,10 @@ def seaweed(log_dir: Path, data_dir: Path, bucket: str = BUCKET) -> Iterator[str
     """Run SeaweedFS ``weed mini`` on loopback with every port chosen free; yield its S3 endpoint.
 
     ``weed mini`` runs a master, a volume server, a filer, S3 and an admin server, each with
-    an HTTP and a gRPC port; all ten are given explicitly so parallel runs never clash on a
-    default port. Ready means one PUT into ``bucket`` has succeeded. The dummy credentials
-    are passed to the server, so it checks request signatures like real S3.
+    an HTTP and a gRPC port; all are chosen free so parallel runs never clash on a
+    default port (the admin gRPC port is admin.port + 10000). Ready means one PUT into
+    ``bucket`` has succeeded. The dummy credentials are passed to the server, so it checks
+    request signatures like real S3.
     """
     names = [
         "master.port",
@@ -124,10 +146,11 @@ def seaweed(log_dir: Path, data_dir: Path, bucket: str = BUCKET) -> Iterator[str
         "filer.port.grpc",
         "s3.port",
         "s3.port.grpc",
-        "admin.port",
-        "admin.port.grpc",
     ]
     ports = dict(zip(names, _free_ports(len(names)), strict=True))
+    # The admin server's plug-in worker dials admin.port + 10000 whatever admin.port.grpc
+    # says, so leave the gRPC port at its default and pick an admin port where both are free.
+    ports["admin.port"] = _port_pair(10000, avoid=set(ports.values()))
     endpoint = f"http://127.0.0.1:{ports['s3.port']}"
     command = [
         str(_BIN / "weed"),
