@@ -25,6 +25,7 @@ from gradientmail.backends.s3 import SDK_ATTEMPTS, WRITE_ID_METADATA
 from gradientmail.conformance.races import RaceReport, cas_counter, race_put_if_absent
 from gradientmail.errors import (
     AccessDeniedError,
+    AtomicityViolationError,
     BucketNotFoundError,
     ConfigurationError,
     EndpointUnreachableError,
@@ -321,6 +322,7 @@ def racy_moto(
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AtomicityViolationError,
     reason="moto's conditional PutObject is check-then-store without a lock, so concurrent "
     "creators of one key can both win; if this passes, moto became atomic",
 )
@@ -330,6 +332,9 @@ def test_moto_lets_two_racers_win_one_key(racy_moto: str) -> None:
     # shows two winners here, so 80 rounds all passing by luck has odds below 1e-5.
     for round_number in range(80):
         report = race_put_if_absent(box, racers=16, keys=1, prefix=f"r{round_number}")
+        assert report.errors == {}, report.counterexample()  # any other failure is real
+        if report.multiple_winners():
+            raise AtomicityViolationError(report.counterexample())
         _assert_one_winner_per_key(report)
 
 
