@@ -22,11 +22,11 @@ This module's names are a stable API for the patterns: they are added to, never 
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
 import traceback
-import uuid
 from collections import deque
 from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, TypeVar
@@ -43,6 +43,7 @@ __all__ = [
     "WorkerError",
     "claim",
     "claim_body",
+    "new_token",
     "parse_claim",
     "read_claim",
 ]
@@ -63,6 +64,18 @@ class ClaimRecord:
     token: str
     claimed_at: float
     extra: dict[str, Any]
+
+
+# Claim tokens only need to be unique, not secret. A seeded PRNG makes them without a
+# syscall: os.urandom releases the GIL, which on a busy consumer thread can stall the loader
+# for a whole switch interval. Reseeded in forked children so they never share a stream.
+_tokens = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _tokens.seed(os.urandom(32)))
+
+
+def new_token() -> str:
+    """A fresh 128-bit claim token as 32 hex digits."""
+    return f"{_tokens.getrandbits(128):032x}"
 
 
 def claim_body(owner: str, token: str, **extra: Any) -> bytes:
@@ -116,7 +129,7 @@ def claim(mailbox: Mailbox, key: str, owner: str, **extra: Any) -> bool:
         BackendError: the store failed (including ``OutcomeUnknownError``); never turned
             into ``False``.
     """
-    token = uuid.uuid4().hex
+    token = new_token()
     if not mailbox.put_if_absent(key, claim_body(owner, token, **extra)):
         return False
     stored = read_claim(mailbox, key)
