@@ -65,10 +65,11 @@ def bench_case1(args: argparse.Namespace) -> None:
             f"{report.wall:.2f} s, items per drafter [{per}]"
         )
     idle = max(d.idle_while_available or 0.0 for d in shared.drafters.values())
+    wake = max(d.wake_p99 or 0.0 for d in shared.drafters.values())
     print(
         f"  shared/round-robin utilisation {shared.utilisation / round_robin.utilisation:.2f}×; "
         f"worst drafter idle while items waited: {idle * 1000:.1f} ms "
-        f"({idle / shared.wall:.2%} of the run)"
+        f"({idle / shared.wall:.2%} of the run); worst wake-up p99 {wake * 1000:.2f} ms"
     )
 
 

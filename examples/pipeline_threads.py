@@ -62,6 +62,7 @@ class DrafterReport:
     busy: float = 0.0
     depths: list[int] = field(default_factory=list)
     idle_while_available: float | None = None
+    wake_p99: float | None = None
 
 
 @dataclass
@@ -135,6 +136,7 @@ def run_shared(
     report.wall = _run_threads(runners)
     for name, stats in pipe.stats().consumers.items():
         report.drafters[name].idle_while_available = stats.idle_while_available_s
+        report.drafters[name].wake_p99 = stats.wake_latency.percentile(99)
     return report
 
 
@@ -203,6 +205,8 @@ def describe(report: Report) -> str:
             extra = f", mean queue depth {sum(d.depths) / len(d.depths):.1f}"
         if d.idle_while_available is not None:
             extra += f", idle while items waited {d.idle_while_available * 1000:.1f} ms"
+        if d.wake_p99 is not None:
+            extra += f", wake-up p99 {d.wake_p99 * 1000:.2f} ms"
         lines.append(f"  {name}: {d.items:4d} items, busy {d.busy / report.wall:.0%}{extra}")
     return "\n".join(lines)
 

@@ -34,11 +34,12 @@ Termination protocol
       has been taken. A producer that makes zero items or finishes first changes nothing
       for the consumers: they keep waiting for the others.
     * In process, the check "all finished and nothing buffered" and the wait run under the
-      one lock that also guards the buffer and the producers' states, and only the **last
-      producer to finish wakes every consumer** (``notify_all``); a producer finishing
-      earlier wakes nobody, and each item wakes one consumer. A finished producer can put
-      nothing more, so once a consumer sees "all finished and empty" under the lock, no item
-      can appear later.
+      one lock that also guards the buffer, the waiting consumers and the producers'
+      states, and only the **last producer to finish wakes every consumer**; a producer
+      finishing earlier wakes nobody. Each item is handed straight to the longest-waiting
+      consumer, and buffered only when none waits, so no consumer ever waits while an item
+      sits in the buffer. A finished producer can put nothing more, so once a consumer sees
+      "all finished and empty" under the lock, no item can appear later.
     * Over a mailbox, each producer's items are numbered ``0, 1, 2, ...`` and its
       ``producers/{id}/end`` record holds its final count, written with ``put_if_absent``
       after its last item. A consumer stops when every declared producer has an end record
@@ -121,8 +122,8 @@ Costs over a mailbox
 Statistics
     ``pipe.stats()`` returns, for the producers and consumers opened through this handle,
     items produced and consumed, time producers were held by backpressure, time consumers
-    waited in ``next()``, and (in process) the part of that wait during which the buffer
-    held an item, which measures wake-up latency.
+    waited in ``next()`` (total and per call), and in process the part of that wait during
+    which an item sat unassigned in the buffer, and the wake-up latency after a hand-off.
 """
 
 from __future__ import annotations
@@ -258,9 +259,13 @@ class ConsumerStats(Stats):
     wait_s: float = 0.0
     #: each ``next()`` call's wait (count, mean, p99, max).
     waits: Latencies = field(default_factory=Latencies)
-    #: In process: the part of ``wait_s`` during which the buffer held an item (wake-up
-    #: latency). ``None`` over a mailbox, where it cannot be observed.
+    #: In process: the part of ``wait_s`` during which an item sat in the buffer, unassigned.
+    #: Items go straight to waiting consumers, so this stays near 0 (the microseconds of
+    #: taking an item); it is measured, not assumed. ``None`` over a mailbox.
     idle_while_available_s: float | None = None
+    #: In process: from a producer handing this consumer an item to the consumer running
+    #: again (the scheduler's wake-up latency). Empty over a mailbox.
+    wake_latency: Latencies = field(default_factory=Latencies)
     #: Mailbox: claims lost to another consumer.
     claims_lost: int = 0
 
@@ -624,15 +629,37 @@ class _Failure:
         self.carried = carried
 
 
+_NOTHING = object()
+
+
+class _Waiter:
+    """A consumer waiting in ``next()``: a producer hands it an entry directly."""
+
+    __slots__ = ("entry", "handed_at", "handed_clock", "wake")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.wake = threading.Condition(lock)
+        self.entry: Any = _NOTHING
+        self.handed_at = 0.0
+        self.handed_clock = 0.0  # the transport's non-empty clock at the hand-off
+
+
 class _LocalTransport(_Transport[Any]):
+    """One lock guards the buffer, the waiting consumers and the producers' states.
+
+    An entry goes straight to the longest-waiting consumer, and into the buffer only when no
+    consumer waits; a consumer waits only when the buffer is empty. So the buffer is never
+    non-empty while a consumer waits: no consumer idles beside a waiting item.
+    """
+
     def __init__(self, declared: tuple[str, ...], capacity: int, stall: float | None) -> None:
         self.declared = declared
         self.capacity = capacity
         self.stall = stall
         self.lock = threading.Lock()
-        self.not_empty = threading.Condition(self.lock)
         self.not_full = threading.Condition(self.lock)
         self.buffer: deque[Any] = deque()
+        self.waiters: deque[_Waiter] = deque()
         self.data_items = 0  # items in the buffer that count against capacity
         self.registered: set[str] = set()
         self.finished: set[str] = set()
@@ -649,16 +676,34 @@ class _LocalTransport(_Transport[Any]):
             return self.nonempty_total + (now - self.nonempty_since)
         return self.nonempty_total
 
-    def _append(self, entry: Any, now: float) -> None:
+    def _deliver(self, entry: Any) -> bool:
+        """Hand ``entry`` to the longest-waiting consumer; buffer it if none waits.
+
+        Returns whether it was buffered.
+        """
+        now = time.perf_counter()
+        if self.waiters:
+            waiter = self.waiters.popleft()
+            waiter.entry = entry
+            waiter.handed_at = now
+            waiter.handed_clock = self._nonempty_clock(now)
+            waiter.wake.notify()
+            return False
         if not self.buffer:
             self.nonempty_since = now
         self.buffer.append(entry)
+        return True
 
-    def _popleft(self, now: float) -> Any:
+    def _popleft(self) -> Any:
         entry = self.buffer.popleft()
         if not self.buffer:
-            self.nonempty_total += now - self.nonempty_since
+            self.nonempty_total += time.perf_counter() - self.nonempty_since
         return entry
+
+    def _wake_everyone(self) -> None:
+        for waiter in self.waiters:
+            waiter.wake.notify()
+        self.not_full.notify_all()
 
     def _raise_if_stopped(self) -> None:
         if self.failure is not None:
@@ -692,20 +737,19 @@ class _LocalTransport(_Transport[Any]):
         with self.lock:
             if self.aborted is None:
                 self.aborted = reason
-            self.not_empty.notify_all()
-            self.not_full.notify_all()
+            self._wake_everyone()
 
     def finish(self, producer_id: str, failure: _Failure | None) -> None:
         with self.lock:
             self.finished.add(producer_id)
-            if failure is not None:
+            if failure is not None and self.failure is None and self.aborted is None:
                 # After the producer's items, outside the capacity: a failing producer
-                # never waits for room to report its failure.
-                self._append(failure, time.perf_counter())
-                self.not_empty.notify()
+                # never waits for room to report its failure. (Once the pipeline has
+                # failed or been aborted, consumers already stop with the first cause.)
+                self._deliver(failure)
             if len(self.finished) == len(self.declared):
                 # The last producer to finish wakes every consumer, and only it does.
-                self.not_empty.notify_all()
+                self._wake_everyone()
 
 
 class _LocalProducer(Producer[Any]):
@@ -719,6 +763,7 @@ class _LocalProducer(Producer[Any]):
             self._check_open()
             core._raise_if_stopped()
             if core.data_items >= core.capacity:
+                # (A full buffer means no consumer waits, so there is no one to hand to.)
                 start = time.perf_counter()
                 deadline = None if core.stall is None else start + core.stall
                 while core.data_items >= core.capacity:
@@ -733,10 +778,13 @@ class _LocalProducer(Producer[Any]):
                     core.not_full.wait(remaining)
                     core._raise_if_stopped()
                 self.stats.blocked_s += time.perf_counter() - start
-            core.data_items += 1
-            core._append((self.id, item), time.perf_counter())
+            if core._deliver((self.id, item)):
+                core.data_items += 1
+            if core.data_items < core.capacity:
+                # Room remains (we may have handed our item over instead of filling the
+                # slot we were woken for): pass the wake-up on to another waiting producer.
+                core.not_full.notify()
             self.stats.items += 1
-            core.not_empty.notify()
 
     def done(self) -> None:
         if self._finished:
@@ -757,6 +805,7 @@ class _LocalConsumer(Consumer[Any]):
         self._core = core
         self._decode = decode
         self._closed = False
+        self._waiter = _Waiter(core.lock)
 
     def close(self) -> None:
         self._closed = True
@@ -770,9 +819,11 @@ class _LocalConsumer(Consumer[Any]):
             raise StopIteration
         core = self._core
         stats = self.stats
+        waiter = self._waiter
         with core.lock:
             start = time.perf_counter()
             clock_start = core._nonempty_clock(start)
+            clock_end: float | None = None  # set when an item is handed to us
             try:
                 while True:
                     if core.failure is not None:
@@ -780,37 +831,62 @@ class _LocalConsumer(Consumer[Any]):
                     if core.aborted is not None:
                         raise PipelineAbortedError(f"the pipeline was aborted: {core.aborted}")
                     if core.buffer:
-                        entry = core._popleft(time.perf_counter())
-                        if isinstance(entry, _Failure):
-                            core.failure = _failed_from(entry.carried, entry.producer, entry.items)
-                            core.failure.__cause__ = entry.carried.original
-                            core.not_empty.notify_all()
-                            core.not_full.notify_all()
-                            raise _copy_failure(core.failure)
-                        core.data_items -= 1
-                        core.not_full.notify()
-                        stats.items += 1
-                        return entry[1]
+                        entry = core._popleft()
+                        if not isinstance(entry, _Failure):
+                            core.data_items -= 1
+                            core.not_full.notify()
+                        return self._accept(entry)
                     if len(core.finished) == len(core.declared):
                         self._closed = True
                         raise StopIteration
-                    if core.stall is None:
-                        core.not_empty.wait()
-                    else:
-                        remaining = start + core.stall - time.perf_counter()
-                        if remaining <= 0 or not core.not_empty.wait(remaining):
-                            if core.buffer or len(core.finished) == len(core.declared):
-                                continue
-                            raise PipelineStalledError(
-                                f"consumer {self.id!r} found no item for {core.stall}s; "
-                                f"producers not finished: {core._unfinished()}"
-                            )
+                    timeout = None
+                    if core.stall is not None:
+                        timeout = start + core.stall - time.perf_counter()
+                    if timeout is None or timeout > 0:
+                        waiter.entry = _NOTHING
+                        core.waiters.append(waiter)
+                        waiter.wake.wait(timeout)
+                        if waiter.entry is not _NOTHING:  # handed to us (and dequeued)
+                            entry, waiter.entry = waiter.entry, _NOTHING
+                            # From the hand-off on we are no longer idle, only waking up.
+                            clock_end = waiter.handed_clock
+                            stats.wake_latency.add(time.perf_counter() - waiter.handed_at)
+                            return self._accept(entry)
+                        core.waiters.remove(waiter)
+                        timeout = (
+                            None if core.stall is None else start + core.stall - time.perf_counter()
+                        )
+                    if (
+                        timeout is not None
+                        and timeout <= 0
+                        and core.failure is None
+                        and core.aborted is None
+                        and len(core.finished) < len(core.declared)
+                    ):
+                        raise PipelineStalledError(
+                            f"consumer {self.id!r} found no item for {core.stall}s; "
+                            f"producers not finished: {core._unfinished()}"
+                        )
             finally:
                 now = time.perf_counter()
                 stats.wait_s += now - start
                 stats.waits.add(now - start)
+                if clock_end is None:
+                    clock_end = core._nonempty_clock(now)
                 assert stats.idle_while_available_s is not None
-                stats.idle_while_available_s += core._nonempty_clock(now) - clock_start
+                stats.idle_while_available_s += clock_end - clock_start
+
+    def _accept(self, entry: Any) -> Any:
+        """Return a data entry's item, or fail the pipeline on a producer's failure."""
+        core = self._core
+        if isinstance(entry, _Failure):
+            if core.failure is None:  # the first failure reached is the pipeline's
+                core.failure = _failed_from(entry.carried, entry.producer, entry.items)
+                core.failure.__cause__ = entry.carried.original
+                core._wake_everyone()
+            raise _copy_failure(core.failure)
+        self.stats.items += 1
+        return entry[1]
 
 
 # -- mailbox transport ----------------------------------------------------------------------
