@@ -17,6 +17,9 @@ One API, two transports::
         for item in items:
             train(item)
 
+    # over a mailbox, decode bytes in the consumer's prefetch thread, ahead of the loop
+    with pipe.consumer("trainer", decode=bytes_to_tensors) as batches: ...
+
 Termination protocol
     * The set of producers is **declared** when the pipeline is made (``producers=``). Every
       handle of one mailbox pipeline must declare the same set; the first handle stores it
@@ -80,8 +83,10 @@ Failure
       puts an error after its items. The consumer that reaches it raises
       :class:`ProducerFailedError` naming the producer, with the original exception chained
       (in process) or its type, message and traceback as text (over a mailbox). The pipeline
-      is then failed: every other consumer raises the same error at its next step, and
-      producers' ``put`` raises :class:`PipelineAbortedError`.
+      is then failed, and the first failure reached is the one reported: every other
+      consumer raises the same error at its next step (over a mailbox, within one pass
+      over the producers, or on seeing the ``aborted`` record while idle), and producers'
+      ``put`` raises :class:`PipelineAbortedError`.
     * Over a mailbox each producer writes ``producers/{id}/heartbeat`` every
       ``heartbeat_interval`` seconds. A consumer that sees a registered producer's heartbeat
       unchanged for ``lease`` seconds (by its own clock, so host clocks need not agree)
