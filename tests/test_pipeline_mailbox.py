@@ -447,3 +447,23 @@ def test_decode_runs_ahead_and_its_errors_arrive_after_earlier_items(rig: Rig) -
     assert isinstance(caught.value.__cause__, ValueError)
     assert "cannot decode item 2" in caught.value.worker_traceback
     assert set(consumer_threads) == {"gradientmail-consumer-c"}, "decoded in the prefetch thread"
+
+
+def test_abort_reaches_a_busy_consumer(rig: Rig) -> None:
+    url = rig.url()
+    pipe = open_pipe(url, ["a"], rig.options, capacity=64, **FAST)
+    with pipe.producer("a") as out:
+        for seq in range(20):
+            out.put(payload("a", seq))
+    step = threading.Event()  # never set: wait(t) stands in for a training step
+
+    def train(got: list[tuple[str, int]]) -> None:
+        if len(got) == 1:
+            pipe.abort("stop the run")
+        step.wait(0.15)  # longer than heartbeat_interval, the consumer's abort check
+
+    got: list[tuple[str, int]] = []
+    with pytest.raises(PipelineAbortedError, match="stop the run"):
+        drain(open_pipe(url, ["a"], rig.options, capacity=64, **FAST), got, train)
+    # what was prefetched before the abort was seen (prefetch=2) still arrives, no more
+    assert len(got) <= 6

@@ -1229,7 +1229,11 @@ class _MailboxConsumer(Consumer[Any]):
         core = self._core
         backoff = _Backoff(core.poll_interval)
         searching_since = time.perf_counter()
+        aborted_checked = time.monotonic()
         while not self._stop.is_set():
+            if time.monotonic() - aborted_checked >= core.heartbeat_interval:
+                aborted_checked = time.monotonic()
+                self._check_aborted()
             # Claim nothing while the consumer already holds `prefetch` items.
             held = time.perf_counter()
             if not self._buffer.wait_for_room():
@@ -1347,7 +1351,7 @@ class _MailboxConsumer(Consumer[Any]):
         )
 
     def _watch(self, now: float) -> None:
-        """While idle: notice aborts and declare lost the producers whose heartbeat stopped."""
+        """While idle: declare lost the producers whose heartbeat stopped."""
         core = self._core
         for cursor in self._cursors:
             if cursor.end is not None or now - cursor.checked < core.heartbeat_interval:
@@ -1362,6 +1366,10 @@ class _MailboxConsumer(Consumer[Any]):
                 cursor.heartbeat_changed = now
             elif now - cursor.heartbeat_changed > core.lease:
                 self._declare_lost(cursor, now - cursor.heartbeat_changed)
+
+    def _check_aborted(self) -> None:
+        """Raise if the pipeline was aborted, or failed through another consumer."""
+        core = self._core
         aborted = _read_json(self._box, "aborted")
         if aborted is not None:
             producer = aborted.get("producer")
