@@ -48,6 +48,12 @@ def bench_case2(args: argparse.Namespace) -> bool:
         f"{result.first_gen_time * 1000:.0f} ms to generate)"
     )
     print(f"  wall {result.wall:.2f} s, ideal {result.ideal:.2f} s, wall/ideal {ratio:.3f}")
+    overshoot = sum(result.steps) - result.batches * result.train_time
+    print(
+        f"  where the time went: waits {sum(result.waits):.2f} s, training steps "
+        f"{sum(result.steps):.2f} s (of which {overshoot:.2f} s the OS's lateness in waking "
+        f"the trainer), trainer loop {result.wall - sum(result.waits) - sum(result.steps):.2f} s"
+    )
     ok = mean <= 0.0025 and ratio <= 1.05 and result.batches == args.batches
     print(f"  goals (mean ≤ 2.5 ms, wall/ideal ≤ 1.05): {'met' if ok else 'NOT met'}")
     return ok

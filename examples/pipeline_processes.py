@@ -103,6 +103,8 @@ class Result:
     train_time: float
     #: per batch, seconds from asking for it to holding its tensors
     waits: list[float] = field(default_factory=list)
+    #: per batch, seconds the (simulated) training step actually took
+    steps: list[float] = field(default_factory=list)
     #: from the start signal (every generator registered) to the end of the last step
     wall: float = 0.0
     #: the generation time of the first chunk the trainer received
@@ -163,7 +165,9 @@ def trainer(config: Config, start: Any) -> Result:
             result.batches += 1
             result.samples += int(batch_inputs.shape[0])
             assert batch_targets.dtype == torch.uint8
+            stepped = time.perf_counter()
             time.sleep(config.train_time)  # the training step, simulated
+            result.steps.append(time.perf_counter() - stepped)
             if len(parts) < config.chunks_per_batch:
                 break
         result.wall = time.perf_counter() - began
@@ -218,6 +222,10 @@ def main() -> None:
     print(
         f"trainer wait per batch after the first: mean {steady:.2f} ms, "
         f"p99 {result.p99() * 1000:.2f} ms; first batch {waits_ms[0]:.0f} ms"
+    )
+    print(
+        f"wall = waits {sum(result.waits):.2f} s + steps {sum(result.steps):.2f} s "
+        f"+ loop {result.wall - sum(result.waits) - sum(result.steps):.2f} s"
     )
     print(
         f"wall {result.wall:.2f} s, ideal {result.ideal:.2f} s, "
