@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gradientmail import ConfigurationError, from_url
+from gradientmail import ConfigurationError, NotSupportedError, from_url
 from gradientmail.patterns.common import WorkerError
 from gradientmail.patterns.pipeline import (
     Pipeline,
@@ -467,3 +467,13 @@ def test_abort_reaches_a_busy_consumer(rig: Rig) -> None:
         drain(open_pipe(url, ["a"], rig.options, capacity=64, **FAST), got, train)
     # what was prefetched before the abort was seen (prefetch=2) still arrives, no more
     assert len(got) <= 6
+
+
+def test_a_mailbox_without_atomic_create_is_refused() -> None:
+    from gradientmail.backends.memory import MemoryMailbox
+
+    class NotAtomic(MemoryMailbox):
+        capabilities = frozenset()
+
+    with pytest.raises(NotSupportedError, match="ATOMIC_CREATE"):
+        Pipeline.over_mailbox(NotAtomic("not-atomic"), ["a"])

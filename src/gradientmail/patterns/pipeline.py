@@ -148,8 +148,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar, overload
 
-from gradientmail.errors import ConfigurationError, GradientMailError, KeyNotFoundError
-from gradientmail.mailbox import Mailbox, as_bytes
+from gradientmail.errors import (
+    ConfigurationError,
+    GradientMailError,
+    KeyNotFoundError,
+    NotSupportedError,
+)
+from gradientmail.mailbox import Capability, Mailbox, as_bytes
 from gradientmail.patterns.common import (
     CarriedError,
     HandoffBuffer,
@@ -521,7 +526,15 @@ class Pipeline(Generic[T]):
         Raises:
             ConfigurationError: a bad argument, or the mailbox already holds a pipeline
                 declared with other producers or capacity.
+            NotSupportedError: the mailbox does not declare ``Capability.ATOMIC_CREATE``,
+                so claims could not make delivery exactly once.
         """
+        if not mailbox.supports(Capability.ATOMIC_CREATE):
+            raise NotSupportedError(
+                f"a pipeline over {mailbox.url} needs atomic put_if_absent "
+                "(Capability.ATOMIC_CREATE), which this mailbox does not declare; without it "
+                "two consumers could both claim one item"
+            )
         declared = _check_declared(producers)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ConfigurationError(f"capacity must be a positive int, not {capacity!r}")
