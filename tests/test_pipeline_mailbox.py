@@ -17,7 +17,12 @@ from typing import Any
 
 import pytest
 
-from gradientmail import ConfigurationError, NotSupportedError, from_url
+from gradientmail import (
+    AtomicityViolationError,
+    ConfigurationError,
+    NotSupportedError,
+    from_url,
+)
 from gradientmail.patterns.common import WorkerError
 from gradientmail.patterns.pipeline import (
     Pipeline,
@@ -32,6 +37,9 @@ from tests.rigs import Rig
 pytestmark = pytest.mark.timeout(180)
 
 JOIN = 60.0
+#: Rigs whose emulator is known to let two conditional creates win now and then
+#: (../shared/EMULATORS.md: moto). On them a race may end in AtomicityViolationError.
+NOT_ATOMIC = {"s3"}
 #: Quick failure detection for tests: a beat every 0.1 s, lost after 3 s of silence (a margin
 #: for a loaded 2-core machine, where a live heartbeat thread can be late).
 FAST = {"heartbeat_interval": 0.1, "lease": 3.0, "poll_interval": 0.01}
@@ -166,7 +174,10 @@ def test_exactly_once_with_several_consumers_on_every_backend(rig: Rig) -> None:
     results: dict[str, list[tuple[str, int]]] = {}
 
     def consumer(name: str) -> None:
-        results[name] = consume(url, names, name, rig.options, {"capacity": 6})
+        got = results[name] = []
+        with open_pipe(url, names, rig.options, capacity=6).consumer(name) as items:
+            for item in items:
+                got.append(parse(item))
 
     errors = _threads(
         *[
@@ -175,8 +186,17 @@ def test_exactly_once_with_several_consumers_on_every_backend(rig: Rig) -> None:
         ],
         *[(consumer, (f"c{i}",), {}) for i in range(3)],
     )
+    taken = [item for got in results.values() for item in got]
+    if errors and rig.name in NOT_ATOMIC:
+        # The store let two claimants win; the claim's read-back must catch it, so that
+        # nothing is delivered twice.
+        # (it reaches the loop as a WorkerError from the prefetch thread, chained)
+        caught = [e if isinstance(e, AtomicityViolationError) else e.__cause__ for e in errors]
+        assert all(isinstance(e, AtomicityViolationError) for e in caught), errors
+        assert not [i for i, n in Counter(taken).items() if n > 1], "delivered twice"
+        return
     assert not errors, errors
-    assert_exactly_once([item for got in results.values() for item in got], counts)
+    assert_exactly_once(taken, counts)
     for got in results.values():
         # each consumer sees one producer's items in order (the cursor never goes back)
         for producer in counts:
