@@ -30,6 +30,7 @@ from gradientmail.errors import (
     ConfigurationError,
     EndpointUnreachableError,
     GradientMailError,
+    InvalidKeyError,
     KeyNotFoundError,
     OutcomeUnknownError,
 )
@@ -258,6 +259,20 @@ def test_keys_live_under_the_url_prefix_and_list_relative_to_it(rig_s3_moto: Rig
     assert list(outer.list()) == ["sibling", "sub/k"]
     assert list(inner.list()) == ["k"]
     assert outer.get("sub/k") == b"1"
+
+
+def test_prefix_counts_toward_the_1024_byte_object_name_limit(
+    rig_s3_moto: Rig, moto_endpoint: str
+) -> None:
+    box = rig_s3_moto.fresh()
+    prefix = box.url.removeprefix(f"s3://{BUCKET}/") + "/"
+    assert box.max_key_bytes == 1024 - len(prefix)
+    longest = "k" * box.max_key_bytes
+    assert box.put_if_absent(longest, b"v") is True
+    listed = _raw_client(moto_endpoint).list_objects_v2(Bucket=BUCKET, Prefix=prefix)  # type: ignore[attr-defined]
+    assert [len(o["Key"].encode()) for o in listed["Contents"]] == [1024]
+    with pytest.raises(InvalidKeyError, match=f"at most {box.max_key_bytes} bytes"):
+        box.put_if_absent(longest + "k", b"v")
 
 
 def test_listing_streams_pages_lazily(rig_s3_moto: Rig, proxy: FaultProxy) -> None:

@@ -111,7 +111,6 @@ _TRANSIENT_CODES = frozenset(
         "InternalError",
         "OperationAborted",
         "RequestTimeout",
-        "RequestTimeTooSkewed",
         "ServiceUnavailable",
         "SlowDown",
         "Throttling",
@@ -360,6 +359,7 @@ class S3Mailbox(BaseMailbox):
         self.bucket = bucket
         self.prefix = prefix
         self._base = f"{prefix}/" if prefix else ""
+        self.object_name_prefix = self._base  # S3 limits prefix + key to 1024 bytes
         self._endpoint_url = endpoint_url
         self._region = region
         self._profile = profile
