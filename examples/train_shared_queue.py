@@ -178,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gradientmail-demo-"))
     url = args.url or f"file://{workdir / 'run'}"
     box = gradientmail.from_url(url)
+    if not box.supports(gradientmail.Capability.SHARED_ACROSS_PROCESSES):
+        print(f"{url} is not shared between processes; use file://, s3://, gs:// or az://")
+        return 2
     if next(iter(box.list()), None) is not None:
         print(f"{url} already holds a run; reservations are permanent, use a new URL")
         return 2

@@ -584,3 +584,29 @@ def test_telemetry_counts_claims_items_and_waits(box: Mailbox) -> None:
     assert stats.wait_s >= 0
     assert stats.listings >= 1
     assert stats.as_dict()["claim_latency"]["count"] == 5
+
+
+@pytest.mark.slow
+def test_the_training_example_runs_and_prints_the_status_command() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "train_shared_queue.py"
+    args = ["--shards", "8", "--batches", "2", "--batch-ms", "5"]
+    done = subprocess.run(
+        [sys.executable, str(example), *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "makespan" in done.stdout
+    url = done.stdout.split("gradientmail status ", 1)[1].split()[0]
+    status = read_status_of(url)
+    assert status.total == 8
+    assert status.left == 0
+
+
+def read_status_of(url: str) -> Any:
+    from gradientmail import from_url
+    from gradientmail.status import read_status
+
+    return read_status(from_url(url))
