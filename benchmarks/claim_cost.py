@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from gradientmail import Mailbox, from_url
+from gradientmail import Capability, Mailbox, from_url
 from gradientmail.patterns.shared_queue import shared_queue
 
 LEARNERS = 8
@@ -46,6 +46,9 @@ class CountingMailbox:
     @property
     def url(self) -> str:
         return self.inner.url
+
+    def supports(self, capability: Capability) -> bool:
+        return self.inner.supports(capability)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         self.creates += 1

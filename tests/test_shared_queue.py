@@ -21,6 +21,7 @@ from gradientmail import (
     ConfigurationError,
     InvalidKeyError,
     Mailbox,
+    NotSupportedError,
     TransientBackendError,
 )
 from gradientmail.patterns.common import WorkerError, read_claim
@@ -560,6 +561,20 @@ def test_bad_options_raise_configuration_error(
         shared_queue({"a": 1, "b": 2}, mailbox=box, learner_id="l", load=lambda u: [u], **options),
     ):
         pass  # pragma: no cover - never entered
+
+
+class DeclaresNothing(DelegatingMailbox):
+    def supports(self, capability: object) -> bool:
+        return False
+
+
+def test_a_mailbox_without_atomic_create_is_refused(box: Mailbox) -> None:
+    with (
+        pytest.raises(NotSupportedError, match="ATOMIC_CREATE"),
+        shared_queue({"a": 1}, mailbox=DeclaresNothing(box), learner_id="l", load=lambda u: [u]),  # type: ignore[arg-type]
+    ):
+        pass  # pragma: no cover - never entered
+    assert list(box.list()) == []
 
 
 def test_bad_learner_id_is_refused(box: Mailbox) -> None:

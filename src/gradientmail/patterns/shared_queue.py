@@ -67,9 +67,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from gradientmail.errors import ConfigurationError, InvalidKeyError
+from gradientmail.errors import ConfigurationError, InvalidKeyError, NotSupportedError
 from gradientmail.keys import validate_key
-from gradientmail.mailbox import Mailbox
+from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns.common import CarriedError, HandoffBuffer, Latencies, Stats, claim
 
 __all__ = [
@@ -468,6 +468,7 @@ def shared_queue(
             before anything is claimed; the message names the identifier).
         ConfigurationError: ``prefetch`` is not a positive int, or ``order`` names an
             unknown or repeated identifier.
+        NotSupportedError: the mailbox does not declare ``Capability.ATOMIC_CREATE``.
         WorkerError: from iteration, after the items buffered before it, when ``load`` or
             the mailbox failed; the original exception is its ``__cause__``.
     """
@@ -475,6 +476,12 @@ def shared_queue(
         raise ConfigurationError(
             f"units must be a mapping of identifier -> unit, not {type(units).__name__}; "
             "e.g. {f'shard-{i:05d}': path for i, path in enumerate(paths)}"
+        )
+    if not mailbox.supports(Capability.ATOMIC_CREATE):
+        raise NotSupportedError(
+            f"shared_queue over {mailbox.url} needs atomic put_if_absent "
+            "(Capability.ATOMIC_CREATE), which this mailbox does not declare; without it two "
+            "learners could both claim one unit"
         )
     validate_segment(learner_id, "learner id")
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
