@@ -497,3 +497,41 @@ def test_a_mailbox_without_atomic_create_is_refused() -> None:
 
     with pytest.raises(NotSupportedError, match="ATOMIC_CREATE"):
         Pipeline.over_mailbox(NotAtomic("not-atomic"), ["a"])
+
+
+class CountingMailbox:
+    """Delegates to a real mailbox and counts calls by method name."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if name not in {"get", "put", "put_if_absent", "list", "delete"}:
+            return attribute
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with self.lock:
+                self.calls[name] += 1
+            return attribute(*args, **kwargs)
+
+        return counted
+
+
+def test_store_calls_per_item_stay_flat_and_nothing_is_listed(rig_file: Rig) -> None:
+    url = rig_file.url()
+    names = ["a", "b"]
+    for name, count in (("a", 60), ("b", 40)):
+        produce(url, names, name, count, pipe_options={"capacity": 200})
+    box = CountingMailbox(from_url(url))
+    pipe = Pipeline.over_mailbox(box, names, capacity=200)  # type: ignore[arg-type]
+    with pipe.consumer("c") as items:
+        taken = [parse(item) for item in items]
+    assert len(taken) == 100
+    assert box.calls["list"] == 0, "a consumer never lists"
+    # per item: read it, claim it, read the claim back; plus a few reads per producer
+    # (a claim check when starting, the end record) and the manifest
+    per_item = (sum(box.calls.values()) - 4 * len(names) - 2) / len(taken)
+    assert per_item <= 3.0, box.calls
