@@ -16,12 +16,14 @@ Ours and raw alternate in short rounds (``--calls`` calls per thread each), so b
 same machine noise; p50 and p99 are over all calls, throughput the median over rounds.
 "cpu ms" is this process's CPU time per call (the emulator runs in another process): the
 least noisy view of what our layer itself costs on a shared machine. The ratios are
-ours/raw for p50 and CPU, raw/ours for throughput, so 1.00 means no overhead and 1.10 means
-10 % slower. What our layer adds per call: key validation, a write id (uuid4), the write-id
-metadata header and (S3 only) a 32-byte trailer, the retry/lost-response wrapper, and on S3
-a botocore event hook counting attempts.
+ours/raw for p50 and CPU, raw/ours for throughput, each the median over back-to-back pairs
+of rounds, so 1.00 means no overhead and 1.10 means 10 % slower.
 
-Usage: python benchmarks/backends.py [--calls 25] [--rounds 16] [--threads 1,8]
+What our layer adds per call: key validation, a write id (uuid4), the write-id metadata
+header and (S3 only) a 32-byte trailer, the retry/lost-response wrapper, and on S3 a
+botocore event hook counting attempts.
+
+Usage: python benchmarks/backends.py [--calls 10] [--rounds 40] [--threads 1,8]
        [--only s3-moto,s3-seaweedfs,gcs,azure]
 """
 
@@ -56,7 +58,8 @@ class Target:
     """One backend on one emulator: how to start it and how to make each kind of loop."""
 
     name: str
-    #: Context manager yielding (make_ours, make_raw); each makes an Op for a fresh prefix.
+    #: Context manager yielding (make_ours, make_raw); each makes an Op under a fresh prefix
+    #: (one mailbox or one SDK client, shared by all threads and rounds).
     setup: Callable[
         [Path], contextlib.AbstractContextManager[tuple[Callable[[str], Op], Callable[[str], Op]]]
     ]
@@ -227,11 +230,8 @@ class Sample:
         return len(self.latencies) / self.wall
 
 
-def _measure(make: Callable[[str], Op], calls: int, threads: int) -> Sample:
+def _measure(op: Op, round_name: str, calls: int, threads: int) -> Sample:
     """``calls`` fresh-key calls per thread, by ``threads`` threads sharing one Op."""
-    op = make(f"bench-{uuid.uuid4().hex[:10]}")
-    for i in range(5):  # connections and lazy imports before the clock starts
-        op(f"warmup-{i}")
     barrier = threading.Barrier(threads + 1)
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
@@ -241,7 +241,7 @@ def _measure(make: Callable[[str], Op], calls: int, threads: int) -> Sample:
         barrier.wait()
         try:
             for n in range(index, calls * threads, threads):
-                key = f"units/u{n:07d}"
+                key = f"{round_name}/u{n:07d}"
                 began = time.perf_counter()
                 op(key)
                 mine.append(time.perf_counter() - began)
@@ -281,8 +281,8 @@ def _summary(samples: list[Sample]) -> tuple[float, float, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=25, help="calls per thread per round")
-    parser.add_argument("--rounds", type=int, default=16, help="alternating rounds per figure")
+    parser.add_argument("--calls", type=int, default=10, help="calls per thread per round")
+    parser.add_argument("--rounds", type=int, default=40, help="alternating rounds per figure")
     parser.add_argument("--threads", default="1,8", help="thread counts, comma-separated")
     parser.add_argument("--only", default="", help="comma-separated target names")
     args = parser.parse_args()
@@ -318,14 +318,32 @@ def _compare(
     name: str, ours: Callable[[str], Op], raw: Callable[[str], Op], threads: int, args: Any
 ) -> tuple[float, str]:
     """Measure both layers in alternating rounds; print two rows; return the worst ratio."""
+    ops = {
+        "raw": raw(f"bench-{uuid.uuid4().hex[:10]}"),
+        "ours": ours(f"bench-{uuid.uuid4().hex[:10]}"),
+    }
+    for layer, op in ops.items():  # connections and lazy imports before the clock starts
+        for i in range(max(5, threads)):
+            op(f"warmup/{layer}-{threads}-{i}")
     results: dict[str, list[Sample]] = {"raw": [], "ours": []}
     for round_number in range(args.rounds):
         order = ["raw", "ours"] if round_number % 2 == 0 else ["ours", "raw"]
         for layer in order:
-            make = raw if layer == "raw" else ours
-            results[layer].append(_measure(make, args.calls, threads))
+            round_name = f"t{threads}r{round_number}"
+            results[layer].append(_measure(ops[layer], round_name, args.calls, threads))
     raw_s, ours_s = _summary(results["raw"]), _summary(results["ours"])
-    ratios = (ours_s[0] / raw_s[0], raw_s[2] / ours_s[2], ours_s[3] / raw_s[3])
+    # Ratios are medians over the rounds' pairs (each pair ran back to back), so that load
+    # from other processes drifting during the run cancels out.
+    pairs = list(zip(results["raw"], results["ours"], strict=True))
+    ratios = (
+        statistics.median(
+            _quantile(o.latencies, 0.5) / _quantile(r.latencies, 0.5) for r, o in pairs
+        ),
+        statistics.median(r.rate / o.rate for r, o in pairs),
+        statistics.median(
+            (o.cpu / len(o.latencies)) / (r.cpu / len(r.latencies)) for r, o in pairs
+        ),
+    )
     for layer, (p50, p99, rate, cpu) in (("raw", raw_s), ("ours", ours_s)):
         row = f"{name:<14}{threads:>8}  {layer:<5}{p50:>8.2f}{p99:>8.2f}{rate:>9.0f}{cpu:>8.2f}"
         if layer == "ours":
