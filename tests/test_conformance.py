@@ -85,6 +85,23 @@ class ListDropsMailbox(MemoryMailbox):
         return (k for k in super()._iter_keys(prefix) if " " not in k)
 
 
+class TreeOrderMailbox(MemoryMailbox):
+    """Lists like a directory tree (``a/1`` before ``a-1``), as SeaweedFS does."""
+
+    def _iter_keys(self, prefix: str) -> Iterator[str]:
+        return iter(sorted(super()._iter_keys(prefix), key=lambda k: k.split("/")))
+
+
+class BackslashIsSlashMailbox(MemoryMailbox):
+    """Maps ``\\`` to ``/`` in names, as Azure Blob Storage does: two keys, one object."""
+
+    def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
+        return super()._create(key.replace("\\", "/"), data, write_id)
+
+    def _read(self, key: str) -> tuple[bytes, Version]:
+        return super()._read(key.replace("\\", "/"))
+
+
 class NoCasMailbox(MemoryMailbox):
     """Declares atomic create only."""
 
@@ -102,7 +119,7 @@ def test_cli_passes_a_conformant_store_reports_every_property_and_cleans_up(
     assert lines[0].startswith(f"gradientmail conformance file://{tmp_path}/conformance-")
     assert "seed" in lines[0]
     assert outcomes(lines) == {p.name: "PASS" for p in PROPERTIES}
-    assert lines[-1].startswith("verdict: PASS: 17 of 17 properties hold")
+    assert lines[-1].startswith("verdict: PASS: 18 of 18 properties hold")
     # Every key (and, for a directory, the run's own folder) is gone.
     assert list(from_url(f"file://{tmp_path}").list()) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("conformance-")] == []
@@ -149,7 +166,7 @@ def test_cli_default_run_fails_check_then_write_across_processes(tmp_path: Path)
     assert {n for n, o in found.items() if o == "FAIL"} == set(RACES.split(","))
     assert {o for n, o in found.items() if n not in RACES} == {"PASS"}
     assert "winners (racer-" in detail(lines, "race-processes")
-    assert lines[-1].startswith("verdict: FAIL: 4 of 17 properties failed")
+    assert lines[-1].startswith("verdict: FAIL: 4 of 18 properties failed")
     assert [p.name for p in tmp_path.iterdir()] == []  # cleaned up after a failing run too
 
 
@@ -233,6 +250,20 @@ def test_key_prefix_collision_is_named() -> None:
     assert result.outcome is Outcome.FAIL
     assert "key/prefix collision: put_if_absent('p1/a') returned False" in result.detail
     assert "get() says it does not exist" in result.detail
+
+
+def test_distinct_keys_sharing_one_object_are_named() -> None:
+    box = BackslashIsSlashMailbox("backslash")
+    result = run_property(property_named("keys-accepted"), box, SuiteOptions())
+    assert result.outcome is Outcome.FAIL
+    assert "put_if_absent('back/slash') on a new key returned False" in result.detail
+    assert "maps it to the same object as 'back\\\\slash'" in result.detail
+
+
+def test_listing_out_of_ascending_order_is_named() -> None:
+    result = run_property(property_named("list-prefixes"), TreeOrderMailbox("tree"), SuiteOptions())
+    assert result.outcome is Outcome.FAIL
+    assert "is not in ascending order: 'a/1' came before 'a-1'" in result.detail
 
 
 def test_stateful_model_catches_what_single_checks_miss() -> None:

@@ -2,8 +2,8 @@
 
 Both races run with real threads or real processes. Each process unpickles its own copy of
 the mailbox, so it has its own client, connections and descriptors, as separate machines
-would. Every racer waits on a start barrier, then all go for the same keys in the same
-order, which makes them collide on each key at nearly the same moment.
+would. All racers go for the same keys in the same order, and wait on a shared barrier
+before each key, so they collide on every key at nearly the same moment.
 
 * :func:`race_put_if_absent`: N racers × K keys. Exactly one ``True`` per key, and the
   stored bytes are the winner's.
@@ -32,12 +32,20 @@ __all__ = ["CounterReport", "RaceReport", "cas_counter", "payload_for", "race_pu
 Mode = Literal["threads", "processes"]
 
 
+_CYCLE = bytes(range(251))
+
+
 def payload_for(racer: str, size: int) -> bytes:
     """The bytes racer ``racer`` writes: its name, padded to ``size`` bytes (at least the name)."""
     head = f"{racer}|".encode()
     if size <= len(head):
         return head
-    return head + bytes((len(racer) + i) % 251 for i in range(size - len(head)))
+    # Byte i of the padding is (len(racer) + i) % 251: a rotated cycle, built by repetition
+    # so that multi-MiB payloads cost milliseconds.
+    count = size - len(head)
+    start = len(racer) % 251
+    cycle = _CYCLE[start:] + _CYCLE[:start]
+    return head + (cycle * (count // 251 + 1))[:count]
 
 
 def _name_order(name: str) -> tuple[str, int]:
@@ -150,8 +158,13 @@ class CounterReport:
 def _race_worker(box_bytes: bytes, name: str, keys: list[str], size: int, barrier: Any) -> Any:
     box: Mailbox = pickle.loads(box_bytes)
     data = payload_for(name, size)
-    barrier.wait()
-    return [(key, box.put_if_absent(key, data)) for key in keys]
+    outcomes = []
+    for key in keys:
+        # Every key starts from the barrier: without it racers drift apart after the first
+        # key, and later keys see little contention.
+        barrier.wait()
+        outcomes.append((key, box.put_if_absent(key, data)))
+    return outcomes
 
 
 def _counter_worker(box_bytes: bytes, name: str, key: str, increments: int, barrier: Any) -> Any:
@@ -265,8 +278,8 @@ def race_put_if_absent(
 ) -> RaceReport:
     """Race ``racers`` threads or processes for ``keys`` fresh keys under ``prefix``.
 
-    Every racer calls ``put_if_absent`` on every key, in the same order, after a shared
-    start barrier, writing :func:`payload_for` its own name. Afterwards each key is read back.
+    Every racer calls ``put_if_absent`` on every key, in the same order, each key after a
+    shared barrier, writing :func:`payload_for` its own name. Afterwards each key is read back.
     """
     prefix = prefix or f"race-{uuid.uuid4().hex[:10]}"
     key_list = [f"{prefix}/k{i}" for i in range(keys)]
