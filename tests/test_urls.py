@@ -46,6 +46,7 @@ def test_public_names_are_curated() -> None:
             "SupportsCompareAndSwap",
             "TransientBackendError",
             "Version",
+            "WorkerError",
             "__version__",
             "from_url",
         ]

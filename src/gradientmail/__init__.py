@@ -20,6 +20,7 @@ from gradientmail.errors import (
     NotSupportedError,
     OutcomeUnknownError,
     TransientBackendError,
+    WorkerError,
 )
 from gradientmail.mailbox import (
     BaseMailbox,
@@ -29,6 +30,7 @@ from gradientmail.mailbox import (
     SupportsCompareAndSwap,
     Version,
 )
+from gradientmail.session import Session
 from gradientmail.urls import from_url
 
 __version__ = "0.1.0"
@@ -50,9 +52,11 @@ __all__ = [
     "MissingDependencyError",
     "NotSupportedError",
     "OutcomeUnknownError",
+    "Session",
     "SupportsCompareAndSwap",
     "TransientBackendError",
     "Version",
+    "WorkerError",
     "__version__",
     "from_url",
 ]

@@ -11,6 +11,7 @@ Where a builtin exception means the same thing, the class inherits it too, so bo
     ├── KeyNotFoundError (LookupError)            get() of a key that does not exist
     ├── NotSupportedError (NotImplementedError)   a capability the backend lacks
     ├── AtomicityViolationError                   the store let two claimants win
+    ├── WorkerError                               a background loader/producer failed
     └── BackendError                              the store failed; carries key and backend
         ├── TransientBackendError                 worth retrying (5xx, timeouts, conflicts)
         │   └── EndpointUnreachableError (ConnectionError)
@@ -38,6 +39,7 @@ __all__ = [
     "NotSupportedError",
     "OutcomeUnknownError",
     "TransientBackendError",
+    "WorkerError",
 ]
 
 
@@ -144,3 +146,23 @@ class OutcomeUnknownError(BackendError):
     gradientmail raises this instead of guessing: it never reports ``False`` for a write
     that may have landed. The caller may read the key to find out later.
     """
+
+
+class WorkerError(GradientMailError):
+    """A background worker (a loader or producer thread) failed.
+
+    Raised in the consumer's thread, after every item the worker produced before failing.
+    The original exception is chained as ``__cause__``; ``worker_traceback`` holds the
+    worker thread's traceback as text (it is also at the end of the message).
+
+    Attributes:
+        worker: who failed, e.g. ``"shared_queue loader of learner 'node-0'"``.
+        error_type: the original exception's qualified type name.
+        worker_traceback: the worker's formatted traceback.
+    """
+
+    def __init__(self, message: str, *, worker: str, error_type: str, worker_traceback: str):
+        self.worker = worker
+        self.error_type = error_type
+        self.worker_traceback = worker_traceback
+        super().__init__(f"{message}\n\nTraceback in the worker thread:\n{worker_traceback}")

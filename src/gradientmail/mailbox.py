@@ -21,9 +21,9 @@ Backends subclass :class:`BaseMailbox` and implement a handful of primitives (``
 from __future__ import annotations
 
 import enum
+import os
 import random
 import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -209,9 +209,17 @@ class RetryPolicy:
         return random.uniform(0.0, min(self.max_delay, self.base_delay * (2**attempt)))
 
 
+# Write ids only need to be unique, not secret. A PRNG seeded with 256 bits from the OS makes
+# them without a syscall: os.urandom (behind uuid4) releases the GIL, which on a busy consumer
+# thread can stall a loader thread for a whole switch interval. Forked children reseed, so
+# they never share a stream; spawned ones seed afresh on import.
+_write_ids = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _write_ids.seed(os.urandom(32)))
+
+
 def new_write_id() -> str:
-    """A unique id for one write: 32 hex digits from a random UUID."""
-    return uuid.uuid4().hex
+    """A unique id for one write: 128 random bits as 32 hex digits."""
+    return f"{_write_ids.getrandbits(128):032x}"
 
 
 def as_bytes(data: object) -> bytes:

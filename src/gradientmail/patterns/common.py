@@ -22,7 +22,6 @@ This module's names are a stable API for the patterns: they are added to, never 
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
@@ -31,8 +30,8 @@ from collections import deque
 from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, TypeVar
 
-from gradientmail.errors import AtomicityViolationError, GradientMailError, KeyNotFoundError
-from gradientmail.mailbox import Mailbox
+from gradientmail.errors import AtomicityViolationError, KeyNotFoundError, WorkerError
+from gradientmail.mailbox import Mailbox, new_write_id
 
 __all__ = [
     "CarriedError",
@@ -66,16 +65,9 @@ class ClaimRecord:
     extra: dict[str, Any]
 
 
-# Claim tokens only need to be unique, not secret. A seeded PRNG makes them without a
-# syscall: os.urandom releases the GIL, which on a busy consumer thread can stall the loader
-# for a whole switch interval. Reseeded in forked children so they never share a stream.
-_tokens = random.Random(os.urandom(32))
-os.register_at_fork(after_in_child=lambda: _tokens.seed(os.urandom(32)))
-
-
 def new_token() -> str:
-    """A fresh 128-bit claim token as 32 hex digits."""
-    return f"{_tokens.getrandbits(128):032x}"
+    """A fresh 128-bit claim token as 32 hex digits (the same generator as write ids)."""
+    return new_write_id()
 
 
 def claim_body(owner: str, token: str, **extra: Any) -> bytes:
@@ -144,26 +136,6 @@ def claim(mailbox: Mailbox, key: str, owner: str, **extra: Any) -> bool:
 
 
 # -- errors that cross threads ----------------------------------------------------------------
-
-
-class WorkerError(GradientMailError):
-    """A background worker (a loader or producer thread) failed.
-
-    Raised in the consumer's thread, after every item the worker produced before failing.
-    The original exception is chained as ``__cause__``; ``worker_traceback`` holds the
-    worker thread's traceback as text (it is also at the end of the message).
-
-    Attributes:
-        worker: who failed, e.g. ``"shared_queue loader of learner 'node-0'"``.
-        error_type: the original exception's qualified type name.
-        worker_traceback: the worker's formatted traceback.
-    """
-
-    def __init__(self, message: str, *, worker: str, error_type: str, worker_traceback: str):
-        self.worker = worker
-        self.error_type = error_type
-        self.worker_traceback = worker_traceback
-        super().__init__(f"{message}\n\nTraceback in the worker thread:\n{worker_traceback}")
 
 
 class CarriedError:
