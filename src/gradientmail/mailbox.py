@@ -61,8 +61,10 @@ class Version:
     """An opaque token naming one stored write of one key.
 
     Obtained from :meth:`Mailbox.get_versioned` and passed back to
-    :meth:`Mailbox.put_if_match`. Tokens are never reused for a key by one backend (a fresh
-    write id, an S3 ETag, a GCS generation), so a stale token can never match by accident.
+    :meth:`Mailbox.put_if_match`. Tokens are never reused for a key by one backend, so a stale
+    token can never match by accident: memory:// and file:// use the write id, GCS the object
+    generation, and S3 and Azure the ETag (S3 ETags hash the bytes, so the S3 backend stores
+    each write id after the value to make every ETag distinct; ``get`` strips it).
     """
 
     token: str
