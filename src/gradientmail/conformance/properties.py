@@ -116,6 +116,8 @@ class Property:
     protects: str
     check: Check
     requires: tuple[Capability, ...] = ()
+    #: Whether a failure means concurrent claimants can both win (or lose a won claim).
+    atomicity: bool = False
 
 
 def _fail(message: str) -> PropertyFailed:
@@ -132,6 +134,12 @@ def _shown(value: bytes | None, limit: int = 24) -> str:
 def _key_text(key: str, limit: int = 48) -> str:
     text = repr(key)
     return text if len(text) <= limit else text[: limit - 3] + "...'"
+
+
+def _error_text(exc: BaseException, limit: int = 200) -> str:
+    """``Type: message``, shortened: store errors can quote a whole 1024-byte key."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _get_or_none(box: Mailbox, key: str) -> bytes | None:
@@ -189,7 +197,9 @@ def check_keys_accepted(ctx: Context) -> str:
         try:
             created = box.put_if_absent(key, data)
         except GradientMailError as exc:
-            raise _fail(f"put_if_absent({_key_text(ctx.short(key))}) raised {exc!r}") from exc
+            raise _fail(
+                f"put_if_absent({_key_text(ctx.short(key))}) raised {_error_text(exc)}"
+            ) from exc
         if not created:
             # Each value is its own key's name, so what is stored names the other key.
             holder = _get_or_none(box, key)
@@ -227,7 +237,7 @@ def _long_key_round_trip(ctx: Context, key: str, label: str) -> None:
     try:
         created = box.put_if_absent(key, data)
     except GradientMailError as exc:
-        raise _fail(f"put_if_absent of {label} raised {type(exc).__name__}: {exc}") from exc
+        raise _fail(f"put_if_absent of {label} raised {_error_text(exc)}") from exc
     if not created or _get_or_none(box, key) != data:
         raise _fail(f"{label} did not round-trip (put_if_absent returned {created})")
     if key not in box.list(ctx.key("")):
@@ -329,7 +339,7 @@ def check_key_prefix_collision(ctx: Context) -> str:
             except GradientMailError as exc:
                 raise _fail(
                     f"key/prefix collision: put_if_absent('{group}/{name}') after creating "
-                    f"'{group}/{order[0]}' raised {type(exc).__name__}: {exc}"
+                    f"'{group}/{order[0]}' raised {_error_text(exc)}"
                 ) from exc
             if not created:
                 present = _get_or_none(box, key)
@@ -694,7 +704,8 @@ def _race(ctx: Context, mode: Literal["threads", "processes"]) -> str:
     failure: list[str] = []
 
     def race(racers: int, keys: int, payload: int) -> None:
-        label = f"{racers} {mode} × {keys} keys, {payload}-byte payloads"
+        size = "6 MiB" if payload == BIG else f"{payload}-byte"
+        label = f"{racers} {mode} × {keys} keys, {size} values"
         report = race_put_if_absent(
             ctx.box,
             racers=racers,
@@ -861,6 +872,7 @@ PROPERTIES: tuple[Property, ...] = (
         "a store that ignores create-only preconditions, so every claimant 'wins'",
         check_precondition_honoured,
         (_ATOMIC,),
+        atomicity=True,
     ),
     Property(
         "compare-and-swap",
@@ -872,6 +884,7 @@ PROPERTIES: tuple[Property, ...] = (
         "a create that landed but lost its response being reported as lost, so nobody owns it",
         check_lost_response,
         (_ATOMIC,),
+        atomicity=True,
     ),
     Property(
         "stateful-model",
@@ -883,24 +896,28 @@ PROPERTIES: tuple[Property, ...] = (
         "two threads both winning one key (check-then-write stores)",
         check_race_threads,
         (_ATOMIC,),
+        atomicity=True,
     ),
     Property(
         "race-processes",
         "two processes (own clients) both winning one key",
         check_race_processes,
         (_ATOMIC, _SHARED),
+        atomicity=True,
     ),
     Property(
         "cas-counter-threads",
         "lost updates when threads compare-and-swap one counter",
         check_cas_counter_threads,
         (_CAS,),
+        atomicity=True,
     ),
     Property(
         "cas-counter-processes",
         "lost updates when processes compare-and-swap one counter",
         check_cas_counter_processes,
         (_CAS, _SHARED),
+        atomicity=True,
     ),
 )
 

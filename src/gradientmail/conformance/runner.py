@@ -79,6 +79,10 @@ def delete_all(box: Mailbox, prefix: str = "") -> int:
     return len(keys)
 
 
+def _shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 _MEANING = {
     Capability.ATOMIC_CREATE: "put_if_absent is not claimed atomic",
     Capability.COMPARE_AND_SWAP: "no compare-and-swap",
@@ -124,11 +128,12 @@ def run_property(
     except PropertyFailed as exc:
         outcome, detail = Outcome.FAIL, str(exc)
     except GradientMailError as exc:
-        outcome, detail = Outcome.FAIL, f"{type(exc).__name__}: {exc}"
+        outcome, detail = Outcome.FAIL, _shorten(f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # noqa: BLE001 - a bug in a store's client is a failure too
         where = traceback.extract_tb(exc.__traceback__)[-1]
         outcome = Outcome.FAIL
-        detail = f"unexpected {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
+        detail = _shorten(f"unexpected {type(exc).__name__}: {exc}")
+        detail += f" (at {where.filename}:{where.lineno})"
     try:
         delete_all(box, ns + "/")
     except GradientMailError as exc:
@@ -172,10 +177,21 @@ class SuiteReport:
         )
         if failed:
             names = ", ".join(r.prop.name for r in failed)
+            if any(r.prop.atomicity for r in failed):
+                meaning = "NOT safe to coordinate on: two claimants can both win"
+            elif any(r.prop.atomicity for r in skipped):
+                meaning = (
+                    "Keys or listings differ from the contract, and atomicity was only "
+                    "partly checked (see the skipped properties)"
+                )
+            else:
+                meaning = (
+                    "Claims were atomic in every race, but keys or listings differ from the "
+                    "contract, so code may not move here unchanged"
+                )
             return (
                 f"verdict: FAIL: {len(failed)} of {total} properties failed ({names}){skip_note}. "
-                "This store is NOT safe to coordinate on as is. "
-                f"Replay with --seed {self.options.seed}"
+                f"{meaning}. Replay with --seed {self.options.seed}"
             )
         return (
             f"verdict: PASS: {total - len(skipped)} of {total} properties hold{skip_note}. "
