@@ -44,6 +44,9 @@ class Case:
     fails: frozenset[str] = frozenset()
     #: Properties that may fail or pass (known, documented flakiness of an emulator).
     may_fail: frozenset[str] = frozenset()
+    #: Extra runs of a property in ``fails`` that a run did not catch (a race that is
+    #: caught with high probability per run, not certainty).
+    reruns: int = 0
 
 
 CASES: dict[str, Case] = {
@@ -73,14 +76,17 @@ CASES: dict[str, Case] = {
     ),
     # moto: everything but atomicity holds. Its conditional put checks, then writes, so the
     # single-winner race must fail: the proof, in every CI run, that the suite catches a real
-    # non-atomic store. (The 6 MiB-value race catches it: moto spills such bodies to a file
-    # between its check and its write.) Its If-Match is check-then-write too, so the CAS
-    # counters fail on some runs, and so may the process race.
+    # non-atomic store. The 6 MiB-value race catches it (moto spills such bodies to a file
+    # between its check and its write): 2-10 of its 32 keys double-won in 19 of 20 runs
+    # measured, so up to two reruns of that one property make a miss vanishingly rare. Its
+    # If-Match is check-then-write too, so the CAS counters fail on some runs, and so may
+    # the process race.
     "s3-moto": Case(
         "rig_s3_moto",
-        ("--quick", "--race-keys", "48"),
+        ("--quick", "--race-keys", "96"),
         fails=frozenset({"race-threads"}),
         may_fail=frozenset({"race-processes", "cas-counter-threads", "cas-counter-processes"}),
+        reruns=2,
     ),
 }
 
@@ -98,8 +104,28 @@ def test_suite_reports_exactly_the_known_deviations(
     case = CASES[backend]
     rig: Rig = request.getfixturevalue(case.rig)
     url = _url(rig)
+    done, failed = _run(rig, url, *case.args)
+    lines = done.stdout.splitlines()
+    assert failed - case.fails - case.may_fail == set(), done.stdout
+    assert done.returncode == (1 if failed else 0), done.stdout + done.stderr
+    assert lines[-1].startswith("verdict: FAIL" if failed else "verdict: PASS")
+    missed = case.fails - failed
+    for _ in range(case.reruns):
+        if not missed:
+            break
+        print(f"{backend}: {sorted(missed)} not caught this run; running it again")
+        _, again = _run(rig, url, *case.args, "--only", ",".join(sorted(missed)))
+        missed -= again
+    assert not missed, f"{backend}: expected {sorted(case.fails)} to be reported"
+    # The run cleaned up after itself: nothing is left under the URL it was given.
+    base = url.split("?", 1)[0]
+    assert list(from_url(base, **(rig.options or {})).list()) == []
+
+
+def _run(rig: Rig, url: str, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run the command in a fresh interpreter; print the report; return it and what failed."""
     done = subprocess.run(
-        [sys.executable, "-m", "gradientmail.cli", "conformance", url, *case.args],
+        [sys.executable, "-m", "gradientmail.cli", "conformance", url, *args],
         capture_output=True,
         text=True,
         timeout=290,
@@ -107,17 +133,9 @@ def test_suite_reports_exactly_the_known_deviations(
         check=False,
     )
     print(done.stdout)
-    lines = done.stdout.splitlines()
-    found = {m.group(2): m.group(1) for m in map(LINE.match, lines) if m}
+    found = {m.group(2): m.group(1) for m in map(LINE.match, done.stdout.splitlines()) if m}
     assert found, done.stdout + done.stderr
-    failed = {name for name, outcome in found.items() if outcome == "FAIL"}
-    assert case.fails <= failed, f"{backend}: expected {sorted(case.fails)} to be reported"
-    assert failed - case.fails - case.may_fail == set(), done.stdout
-    assert done.returncode == (1 if failed else 0), done.stdout + done.stderr
-    assert lines[-1].startswith("verdict: FAIL" if failed else "verdict: PASS")
-    # The run cleaned up after itself: nothing is left under the URL it was given.
-    base = url.split("?", 1)[0]
-    assert list(from_url(base, **(rig.options or {})).list()) == []
+    return done, {name for name, outcome in found.items() if outcome == "FAIL"}
 
 
 @pytest.mark.emulator

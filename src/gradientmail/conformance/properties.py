@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pickle
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -932,8 +932,3 @@ def property_named(name: str) -> Property:
         if prop.name == name:
             return prop
     raise KeyError(f"no property {name!r}; properties: {', '.join(p.name for p in PROPERTIES)}")
-
-
-def iter_names() -> Iterator[str]:
-    """Property names in report order."""
-    return (p.name for p in PROPERTIES)
