@@ -15,11 +15,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gradientmail import Mailbox, from_url
+from gradientmail import InvalidKeyError, Mailbox, from_url
 from gradientmail.conformance.races import cas_counter, race_put_if_absent
 from gradientmail.errors import (
     AccessDeniedError,
-    BackendError,
     BucketNotFoundError,
     ConfigurationError,
     EndpointUnreachableError,
@@ -200,14 +199,14 @@ def test_transient_errors_on_reads_and_listing_are_retried(
     assert list(proxied.list()) == ["k"]
 
 
-def test_refused_long_blob_name_explains_the_prefix_limit(
+def test_over_long_object_name_is_refused_before_any_request(
     proxied: Mailbox, proxy: FaultProxy
 ) -> None:
-    # Real Azure refuses names over 1024 characters; Azurite does not, so the proxy answers.
-    _answer_azure_error(proxy, CREATE, 400, "OutOfRangeInput")
-    with pytest.raises(BackendError, match="HTTP 400 OutOfRangeInput") as caught:
-        proxied.put_if_absent("x" * 1024, b"v")
-    assert "use a shorter prefix or key" in str(caught.value)
+    # The store limits the whole name (URL prefix + key) to 1024; the emulator does not, so
+    # the mailbox itself must refuse, naming the rule, without sending anything.
+    with pytest.raises(InvalidKeyError, match="prefix takes"):
+        proxied.put_if_absent("x" * (proxied.max_key_bytes + 1), b"v")
+    assert proxy.count(CREATE) == 0
 
 
 # -- layout and versions ----------------------------------------------------------------------

@@ -12,11 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from gradientmail import Mailbox, from_url
+from gradientmail import InvalidKeyError, Mailbox, from_url
 from gradientmail.conformance.races import cas_counter, race_put_if_absent
 from gradientmail.errors import (
     AccessDeniedError,
-    BackendError,
     BucketNotFoundError,
     ConfigurationError,
     EndpointUnreachableError,
@@ -183,14 +182,14 @@ def test_refused_credentials_are_access_denied(
     assert proxy.count(UPLOAD) == 1  # permanent: not retried
 
 
-def test_refused_long_object_name_explains_the_prefix_limit(
+def test_over_long_object_name_is_refused_before_any_request(
     proxied: Mailbox, proxy: FaultProxy
 ) -> None:
-    # Real GCS refuses names over 1024 bytes; the emulator does not, so the proxy answers.
-    proxy.respond(400, CREATE)
-    with pytest.raises(BackendError, match="HTTP 400") as caught:
-        proxied.put_if_absent("x" * 1024, b"v")
-    assert "use a shorter prefix or key" in str(caught.value)
+    # The store limits the whole name (URL prefix + key) to 1024; the emulator does not, so
+    # the mailbox itself must refuse, naming the rule, without sending anything.
+    with pytest.raises(InvalidKeyError, match="prefix takes"):
+        proxied.put_if_absent("x" * (proxied.max_key_bytes + 1), b"v")
+    assert proxy.count(CREATE) == 0
 
 
 # -- layout and versions ----------------------------------------------------------------------

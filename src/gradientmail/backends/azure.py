@@ -77,7 +77,6 @@ CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 # Container names: 3-63 lowercase letters, digits and single hyphens, starting and ending
 # with a letter or digit.
 _CONTAINER_NAME = re.compile(r"(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
-_MAX_NAME_CHARS = 1024  # Azure's limit on a blob name, which includes the URL's prefix
 _POOL_SIZE = 64  # connections kept per host: racing threads each hold one
 _EXAMPLE = "e.g. az://my-container/run1"
 
@@ -328,24 +327,10 @@ class AzureMailbox(BaseMailbox):
                 backend=where,
             )
         if status is not None:
-            return BackendError(
-                f"Azure answered HTTP {status} {code}{self._name_hint(key)}", key=key, backend=where
-            )
+            return BackendError(f"Azure answered HTTP {status} {code}", key=key, backend=where)
         return BackendError(
             f"the Azure client failed ({type(exc).__name__})", key=key, backend=where
         )
-
-    def _name_hint(self, key: str | None) -> str:
-        """Why Azure may have refused a valid key: the prefix made the blob name too long."""
-        size = len(self.prefix + (key or ""))
-        if key is None or size <= _MAX_NAME_CHARS:
-            return ""
-        return (
-            f"; the blob name (URL prefix + key) is {size} characters and Azure allows "
-            f"{_MAX_NAME_CHARS}: use a shorter prefix or key"
-        )
-
-    # -- operations -------------------------------------------------------------------------
 
     def _blob(self, key: str) -> Any:
         return self._connect().get_blob_client(self.prefix + key)

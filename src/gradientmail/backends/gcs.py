@@ -69,7 +69,6 @@ _EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 # Bucket names: 3-222 characters of lowercase letters, digits, '-', '_' and '.', starting
 # and ending with a letter or digit (the GCS naming rules, without the per-dot-part limit).
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
-_MAX_NAME_BYTES = 1024  # GCS's limit on an object name, which includes the URL's prefix
 _POOL_SIZE = 64  # connections kept per host: racing threads each hold one
 
 
@@ -276,7 +275,7 @@ class GCSMailbox(BaseMailbox):
             )
         if isinstance(exc, api.GoogleAPICallError):
             return BackendError(
-                f"GCS answered HTTP {exc.code} {type(exc).__name__}{self._name_hint(key)}",
+                f"GCS answered HTTP {exc.code} {type(exc).__name__}",
                 key=key,
                 backend=where,
             )
@@ -306,16 +305,6 @@ class GCSMailbox(BaseMailbox):
                 "a GCS transfer failed its checksum; retry", key=key, backend=where
             )
         return BackendError(f"the GCS client failed ({type(exc).__name__})", key=key, backend=where)
-
-    def _name_hint(self, key: str | None) -> str:
-        """Why GCS may have refused a valid key: the prefix made the object name too long."""
-        size = len((self.prefix + (key or "")).encode("utf-8"))
-        if key is None or size <= _MAX_NAME_BYTES:
-            return ""
-        return (
-            f"; the object name (URL prefix + key) is {size} bytes and GCS allows "
-            f"{_MAX_NAME_BYTES}: use a shorter prefix or key"
-        )
 
     def _bucket_missing(self, key: str | None) -> BucketNotFoundError:
         return BucketNotFoundError(
