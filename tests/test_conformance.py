@@ -192,7 +192,7 @@ def test_cli_fails_a_store_that_ignores_preconditions(capsys: pytest.CaptureFixt
     status, lines = run_cli(capsys, "ignore-preconditions://cli", "--quick")
     assert status == 1
     failed = {n for n, o in outcomes(lines).items() if o == "FAIL"}
-    assert {"precondition-honoured", "race-threads", "stateful-model"} <= failed
+    assert {"precondition-honoured", "race-threads"} <= failed
     assert "declared-but-ignored precondition" in detail(lines, "precondition-honoured")
 
 
