@@ -7,9 +7,10 @@ reported as FAIL:
 * memory, file, GCS (fake-gcs-server) and Azure (Azurite): nothing fails;
 * S3 on SeaweedFS: ``key-prefix-collision`` (a conditional create of ``p/a`` answers 412
   while ``p/a/b`` exists, though ``p/a`` reads as missing), ``list-prefixes`` (it lists in
-  directory-tree order, ``a/1`` before ``a-1``), ``keys-long`` (segments over 255 bytes are
-  refused) and ``keys-accepted`` (``a\\b`` and ``a/b`` are one object): all four come from
-  its directory-tree filer. Everything else passes;
+  directory-tree order, ``a/1`` before ``a-1``, which ``keys-accepted`` sees in its listing
+  too) and ``keys-long`` (segments over 255 bytes are refused): all come from its
+  directory-tree filer. Everything else passes.
+  (It also reads ``\\`` as ``/``, as Azure does, which is why keys may not contain ``\\``.)
 * S3 on moto: the single-winner race fails (moto's conditional put is not atomic), which
   proves in every CI run that the suite detects a real non-atomic store.
 
@@ -53,21 +54,14 @@ CASES: dict[str, Case] = {
     "memory": Case("rig_memory"),
     "file": Case("rig_file"),
     "gcs": Case("rig_gcs", ("--quick", "--threads", "8", "--processes", "3")),
-    # Azure maps '\\' to '/' in blob names, so keys `a\\b` and `a/b` are one object: a real
-    # deviation of the azure backend (reported; it should escape or refuse backslashes).
-    # Allowed to fail until the backend handles it, so that the fix turns this green.
-    "azure": Case(
-        "rig_azure",
-        ("--quick", "--threads", "8", "--processes", "3"),
-        may_fail=frozenset({"keys-accepted"}),
-    ),
-    # SeaweedFS's filer is a directory tree, which shows in four deviations: a conditional
+    "azure": Case("rig_azure", ("--quick", "--threads", "8", "--processes", "3")),
+    # SeaweedFS's filer is a directory tree, which shows in three deviations: a conditional
     # create of `p/a` answers 412 while `p/a/b` exists (though `p/a` reads as missing);
-    # listings come in tree order (`a/1` before `a-1`), not ascending key order; a key
-    # segment over 255 bytes is refused (KeyTooLongError); and `\\` is taken as `/`, so
-    # keys `a\\b` and `a/b` are one object. The stateful model often finds the first one
-    # again, as a sequence. Losers of a contended key wait on a lock retried once a second,
-    # so its races are kept small: the run stays well inside budget and still races.
+    # listings come in tree order (`a/1` before `a-1`), not ascending key order (which
+    # keys-accepted sees too, in its listing); and a key segment over 255 bytes is refused
+    # (KeyTooLongError). The stateful model often finds the first one again, as a sequence.
+    # Losers of a contended key wait on a lock retried once a second, so its races are kept
+    # small: the run stays well inside budget and still races.
     "s3-seaweed": Case(
         "rig_s3_seaweed",
         ("--quick", "--threads", "4", "--processes", "2", "--race-keys", "6"),

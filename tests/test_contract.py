@@ -183,6 +183,7 @@ def test_unusual_valid_keys_round_trip(box: Mailbox, key: str) -> None:
         ("new\nline", "control"),
         ("del\x7f", "control"),
         ("c1\x85", "control"),
+        ("back\\slash", "backslash"),
         ("x" * 1025, "at most 10[0-9][0-9] bytes"),
         ("é" * 513, "at most 10[0-9][0-9] bytes"),
         ("lone\ud800surrogate", "UTF-8"),

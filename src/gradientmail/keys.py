@@ -1,9 +1,11 @@
 """Key rules, checked in one place for every backend.
 
 A key is a non-empty ``str`` of at most 1024 bytes in UTF-8, made of ``/``-separated
-segments. The same rules hold on every backend, so code moves from ``file://`` to ``s3://``
-unchanged. Each rejection raises :class:`~gradientmail.errors.InvalidKeyError` whose
-``rule`` names the rule broken.
+segments, without control characters or backslashes (Azure Blob Storage and some S3 servers
+read ``\\`` as ``/``, so such keys could not behave the same everywhere). The same rules
+hold on every backend, so code moves from ``file://`` to ``s3://`` unchanged. Each
+rejection raises :class:`~gradientmail.errors.InvalidKeyError` whose ``rule`` names the rule
+broken.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ def _check_text(value: object, what: str, max_bytes: int = MAX_KEY_BYTES) -> str
             value,
             f"a {what} must not contain control characters "
             f"(found {match.group()!r} at index {match.start()})",
+        )
+    if "\\" in value:
+        # Azure Blob Storage and SeaweedFS read a backslash as '/'; a key that means one object
+        # on one store and another elsewhere would break "same keys, same behaviour".
+        raise InvalidKeyError(
+            value, f"a {what} must not contain a backslash ('\\\\'); use '/' to separate segments"
         )
     try:
         size = len(value.encode("utf-8"))
@@ -61,7 +69,7 @@ def validate_key(key: object, max_bytes: int = MAX_KEY_BYTES) -> str:
     Raises:
         InvalidKeyError: naming the rule broken: not a str, empty, over 1024 bytes,
             not UTF-8, a leading ``/``, an empty segment, a ``.`` or ``..`` segment,
-            or a control character.
+            a control character, or a backslash.
     """
     if key == "":
         raise InvalidKeyError(key, "a key must not be empty")

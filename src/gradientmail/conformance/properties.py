@@ -184,11 +184,11 @@ def check_keys_accepted(ctx: Context) -> str:
         "tilde~star*paren()",
         "quote'dq\"amp&eq=semi;",
         "hash#question?",
-        "back\\slash",
         "back/slash",
         "a-b",
         "a.b",
         "UPPER/lower",
+        "upper/LOWER",
         "dot.d/dot.v/dot.c",
     ]
     keys = [ctx.key(n) for n in names]
@@ -290,6 +290,7 @@ def check_keys_rejected(ctx: Context) -> str:
         ctx.key("nul\x00byte"),
         ctx.key("new\nline"),
         ctx.key("del\x7f"),
+        ctx.key("back\\slash"),
         over,
     ]
     operations: list[tuple[str, Callable[[str], object]]] = [
@@ -669,7 +670,7 @@ def _hypothesis() -> Any:
     try:
         import hypothesis
     except ImportError as exc:
-        raise MissingDependencyError("hypothesis", "test") from exc
+        raise MissingDependencyError("hypothesis", "conformance") from exc
     return hypothesis
 
 

@@ -108,12 +108,13 @@ class RaceReport:
         if wrong:
             key = min(wrong)
             return f"key {key.rsplit('/', 1)[-1]}: {wrong[key]}"
-        missing = self.no_winner()
-        if missing:
-            return f"key {missing[0].rsplit('/', 1)[-1]}: no racer won it"
+        # A racer that failed explains a key nobody won, so its error comes first.
         if self.errors:
             racer = min(self.errors)
             return f"{racer} failed: {self.errors[racer].strip().splitlines()[-1]}"
+        missing = self.no_winner()
+        if missing:
+            return f"key {missing[0].rsplit('/', 1)[-1]}: no racer won it"
         return None
 
 
