@@ -45,7 +45,6 @@ import socket
 import stat as stat_mod
 import threading
 import time
-import uuid
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -74,6 +73,9 @@ _HOST = socket.gethostname().replace(".", "_")
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PROCESS_LOCKS = [threading.Lock() for _ in range(_STRIPES)]
+#: Parent-directory descriptors kept open per mailbox and process (beyond that, opened and
+#: closed per operation).
+_PARENTS_CACHED = 256
 
 
 def _chunks(segment: str) -> list[str]:
@@ -130,6 +132,9 @@ class FileMailbox(BaseMailbox):
         self.root = root
         self.fsync = fsync
         self._fds: tuple[int, int, int, int] | None = None  # pid, root, staging, locks
+        # Descriptors of parent directories, by encoded path, for this process. gradientmail
+        # never removes a directory inside the root, so a cached descriptor stays valid.
+        self._parents: dict[tuple[str, ...], int] = {}
         self._fd_lock = threading.Lock()
         try:
             os.makedirs(os.path.join(root, _STAGING), exist_ok=True)
@@ -166,6 +171,7 @@ class FileMailbox(BaseMailbox):
                     staging = os.open(_STAGING, _O_DIR, dir_fd=root)
                     locks = os.open(_LOCKS, _O_DIR, dir_fd=root)
                     fds = (os.getpid(), root, staging, locks)
+                    self._parents = {}  # a forked child must not share the parent's cache
                     self._fds = fds
         return fds[1], fds[2], fds[3]
 
@@ -173,8 +179,9 @@ class FileMailbox(BaseMailbox):
         """Close cached directory descriptors; they reopen on next use."""
         with self._fd_lock:
             fds, self._fds = self._fds, None
+            parents, self._parents = self._parents, {}
         if fds is not None and fds[0] == os.getpid():
-            for fd in fds[1:]:
+            for fd in (*fds[1:], *parents.values()):
                 os.close(fd)
 
     def __del__(self) -> None:
@@ -216,12 +223,20 @@ class FileMailbox(BaseMailbox):
 
     # -- paths ------------------------------------------------------------------------------
 
-    def _parent(self, names: list[str], *, create: bool) -> int | None:
-        """Open the directory holding the leaf, component by component, never following links.
+    @contextmanager
+    def _parent(self, names: list[str], *, create: bool) -> Iterator[int | None]:
+        """The directory holding the leaf, or ``None`` if it is missing and not created.
 
-        Returns a descriptor the caller closes, or ``None`` if it is missing and not created.
+        Opened component by component relative to the root, never following a link. Up to
+        :data:`_PARENTS_CACHED` descriptors are kept open per process, which saves three
+        system calls on every operation under a known directory.
         """
         root, _, _ = self._dirs()
+        key = tuple(names)
+        cached = self._parents.get(key)
+        if cached is not None:
+            yield cached
+            return
         fd = os.dup(root)
         try:
             for name in names:
@@ -230,7 +245,8 @@ class FileMailbox(BaseMailbox):
                 except FileNotFoundError:
                     if not create:
                         os.close(fd)
-                        return None
+                        fd = -1
+                        break
                     try:
                         os.mkdir(name, 0o755, dir_fd=fd)
                     except FileExistsError:
@@ -241,12 +257,23 @@ class FileMailbox(BaseMailbox):
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        if fd < 0:
+            yield None
+            return
+        with self._fd_lock:
+            keep = len(self._parents) < _PARENTS_CACHED and key not in self._parents
+            if keep:
+                self._parents[key] = fd
+        try:
+            yield fd
+        finally:
+            if not keep:
+                os.close(fd)
 
     def _stage(self, data: bytes, write_id: str) -> str:
         """Write header and data to a new file in .tmp/, fsynced; return its name."""
         _, staging, _ = self._dirs()
-        name = f"{_HOST}.{os.getpid()}.{uuid.uuid4().hex}"
+        name = f"{_HOST}.{os.getpid()}.{write_id}"  # write ids are unique
         fd = os.open(
             name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=staging
         )
@@ -277,28 +304,23 @@ class FileMailbox(BaseMailbox):
         names, leaf = _encode(key)
         staged = self._stage(data, write_id)
         try:
-            parent = self._parent(names, create=True)
-            assert parent is not None
-            try:
+            with self._parent(names, create=True) as parent:
+                assert parent is not None
                 place(staged, parent, leaf)
                 if self.fsync:
                     os.fsync(parent)
-            finally:
-                os.close(parent)
         finally:
             self._unstage(staged)
 
     def _open_leaf(self, key: str) -> int | None:
         names, leaf = _encode(key)
-        parent = self._parent(names, create=False)
-        if parent is None:
-            return None
-        try:
-            return os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-        except FileNotFoundError:
-            return None
-        finally:
-            os.close(parent)
+        with self._parent(names, create=False) as parent:
+            if parent is None:
+                return None
+            try:
+                return os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            except FileNotFoundError:
+                return None
 
     # -- primitives -------------------------------------------------------------------------
 
@@ -356,16 +378,13 @@ class FileMailbox(BaseMailbox):
     def _delete(self, key: str) -> None:
         names, leaf = _encode(key)
         try:
-            with self._locked(key):
-                parent = self._parent(names, create=False)
+            with self._locked(key), self._parent(names, create=False) as parent:
                 if parent is None:
                     return
                 try:
                     os.unlink(leaf, dir_fd=parent)
                 except FileNotFoundError:
                     pass
-                finally:
-                    os.close(parent)
         except OSError as exc:
             raise self._map(exc, key) from exc
 
