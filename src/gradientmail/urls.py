@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from importlib import metadata
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from gradientmail.errors import ConfigurationError, MissingDependencyError
+from gradientmail.errors import ConfigurationError, InvalidKeyError, MissingDependencyError
+from gradientmail.keys import validate_key
 from gradientmail.mailbox import Mailbox
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "parse_bool",
     "parse_options",
     "require",
+    "split_store_url",
     "split_url",
 ]
 
@@ -85,6 +88,58 @@ def split_url(url: str) -> SplitURL:
             raise ConfigurationError(f"option {name!r} is given twice in {_safe(url)!r}")
         query[name] = value
     return SplitURL(parts.scheme.lower(), unquote(parts.netloc), unquote(parts.path), query)
+
+
+def split_store_url(
+    url: str, *, store: str, container: str, name: re.Pattern[str], name_rule: str, example: str
+) -> tuple[str, str]:
+    """Split an object-store URL ``scheme://CONTAINER/PREFIX`` into (container, prefix).
+
+    The prefix comes back without a leading or trailing ``/`` (``""`` for none) and follows
+    the key rules, so that ``prefix + "/" + key`` is a valid object name.
+
+    Args:
+        url: the URL, without its query string.
+        store: the store's name for messages, e.g. ``"S3"``.
+        container: what the store calls a container, e.g. ``"bucket"``.
+        name: the pattern a container name must match in full.
+        name_rule: the naming rule in words, for messages.
+        example: an example URL phrase, e.g. ``"e.g. s3://my-bucket/run1"``.
+
+    Raises:
+        ConfigurationError: credentials in the URL (never echoed), no container, an invalid
+            container name, or a prefix with an empty, ``.`` or ``..`` segment.
+    """
+    split = split_url(url)
+    if "@" in split.netloc:
+        raise ConfigurationError(
+            f"{store} URLs must not carry credentials; use the SDK's standard credential "
+            f"chain (environment variables, a profile or config file); {example}"
+        )
+    if not split.netloc:
+        raise ConfigurationError(
+            f"{store} URL {url!r} names no {container}; use "
+            f"{split.scheme}://{container.upper()}/PREFIX, {example}"
+        )
+    if not name.fullmatch(split.netloc):
+        raise ConfigurationError(
+            f"invalid {container} name {split.netloc!r} in {url!r}: not a valid {store} "
+            f"{container} name ({name_rule}); {example}"
+        )
+    # One leading "/" separates the prefix; one trailing "/" is conventional.
+    prefix = split.path.removeprefix("/").removesuffix("/")
+    if prefix and "" in prefix.split("/"):
+        raise ConfigurationError(
+            f"the prefix {prefix!r} in {url!r} has an empty segment ('//'); {example}"
+        )
+    if prefix:
+        try:
+            validate_key(prefix)
+        except InvalidKeyError as exc:
+            raise ConfigurationError(
+                f"the prefix {prefix!r} in {url!r} is not valid: {exc.rule}; {example}"
+            ) from None
+    return split.netloc, prefix
 
 
 def _safe(url: str) -> str:

@@ -63,7 +63,7 @@ from gradientmail.errors import (
     TransientBackendError,
 )
 from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Stat, Version
-from gradientmail.urls import parse_options, require, split_url
+from gradientmail.urls import parse_options, require, split_store_url
 
 __all__ = ["CONNECTION_STRING_ENV", "PAGE_SIZE", "WRITE_ID_METADATA", "AzureMailbox"]
 
@@ -152,23 +152,15 @@ class AzureMailbox(BaseMailbox):
             MissingDependencyError: azure-storage-blob is not installed.
         """
         parse_options("az", options, _OPTIONS)
-        split = split_url(url)
-        if not split.netloc:
-            raise ConfigurationError(
-                f"Azure URL {url!r} names no container; use az://CONTAINER/PREFIX, {_EXAMPLE}"
-            )
-        if not _CONTAINER_NAME.fullmatch(split.netloc):
-            raise ConfigurationError(
-                f"Azure URL {url!r} has an invalid container name {split.netloc!r}: container "
-                f"names are 3-63 lowercase letters, digits and single hyphens; {_EXAMPLE}"
-            )
-        # One leading "/" separates the prefix; one trailing "/" is conventional.
-        prefix = split.path.removeprefix("/").removesuffix("/")
-        if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
-            raise ConfigurationError(
-                f"Azure URL {url!r} has an empty, '.' or '..' segment in its prefix; {_EXAMPLE}"
-            )
-        return cls(url, split.netloc, prefix + "/" if prefix else "", options)
+        container, prefix = split_store_url(
+            url,
+            store="Azure",
+            container="container",
+            name=_CONTAINER_NAME,
+            name_rule="3-63 lowercase letters, digits and single hyphens",
+            example=_EXAMPLE,
+        )
+        return cls(url, container, prefix + "/" if prefix else "", options)
 
     # -- the client -------------------------------------------------------------------------
 

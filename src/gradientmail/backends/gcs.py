@@ -56,7 +56,7 @@ from gradientmail.errors import (
     TransientBackendError,
 )
 from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Stat, Version
-from gradientmail.urls import parse_options, require, split_url
+from gradientmail.urls import parse_options, require, split_store_url
 
 __all__ = ["PAGE_SIZE", "WRITE_ID_METADATA", "GCSMailbox"]
 
@@ -128,24 +128,15 @@ class GCSMailbox(BaseMailbox):
             AccessDeniedError: no credentials were found (and no emulator is configured).
         """
         parse_options("gs", options, _OPTIONS)
-        split = split_url(url)
-        example = "e.g. gs://my-bucket/run1"
-        if not split.netloc:
-            raise ConfigurationError(
-                f"GCS URL {url!r} names no bucket; use gs://BUCKET/PREFIX, {example}"
-            )
-        if not _BUCKET_NAME.fullmatch(split.netloc):
-            raise ConfigurationError(
-                f"GCS URL {url!r} has an invalid bucket name {split.netloc!r}: bucket names are "
-                f"3-222 lowercase letters, digits, '-', '_' or '.'; {example}"
-            )
-        # One leading "/" separates the prefix; one trailing "/" is conventional.
-        prefix = split.path.removeprefix("/").removesuffix("/")
-        if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
-            raise ConfigurationError(
-                f"GCS URL {url!r} has an empty, '.' or '..' segment in its prefix; {example}"
-            )
-        return cls(url, split.netloc, prefix + "/" if prefix else "", options)
+        bucket, prefix = split_store_url(
+            url,
+            store="GCS",
+            container="bucket",
+            name=_BUCKET_NAME,
+            name_rule="3-222 lowercase letters, digits, '-', '_' or '.'",
+            example="e.g. gs://my-bucket/run1",
+        )
+        return cls(url, bucket, prefix + "/" if prefix else "", options)
 
     # -- the client -------------------------------------------------------------------------
 

@@ -68,7 +68,7 @@ from gradientmail.errors import (
 )
 from gradientmail.keys import validate_key
 from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Stat, Version
-from gradientmail.urls import parse_options, require, split_url
+from gradientmail.urls import parse_options, require, split_store_url
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
@@ -149,33 +149,15 @@ _OPTIONS = {"endpoint_url": _endpoint_option, "region": _name_option, "profile":
 
 def _parse_url(url: str) -> tuple[str, str]:
     """Return (bucket, prefix) of an ``s3://`` URL, or raise ``ConfigurationError``."""
-    split = split_url(url)
-    example = "e.g. s3://my-bucket/run1"
-    if split.scheme != "s3":
-        raise ConfigurationError(f"not an s3:// URL: {url!r}; {example}")
-    if "@" in split.netloc:
-        raise ConfigurationError(
-            "s3:// URLs must not carry credentials; use the standard AWS credential chain "
-            f"(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile, ...); {example}"
-        )
-    bucket = split.netloc
-    if not bucket:
-        raise ConfigurationError(f"s3:// URL {url!r} names no bucket; {example}")
-    if not _BUCKET_NAME.fullmatch(bucket):
-        raise ConfigurationError(
-            f"{bucket!r} in {url!r} is not a valid S3 bucket name: 3-63 lowercase letters, "
-            f"digits, '.', '-' or '_', starting and ending with a letter or digit (a port or "
-            f"host belongs in the endpoint_url option); {example}"
-        )
-    prefix = split.path.strip("/")
-    if prefix:
-        try:
-            validate_key(prefix)
-        except InvalidKeyError as exc:
-            raise ConfigurationError(
-                f"the prefix {prefix!r} in {url!r} is not valid: {exc.rule}; {example}"
-            ) from None
-    return bucket, prefix
+    return split_store_url(
+        url,
+        store="S3",
+        container="bucket",
+        name=_BUCKET_NAME,
+        name_rule="3-63 lowercase letters, digits, '.', '-' or '_', starting and ending with "
+        "a letter or digit; a port or host belongs in the endpoint_url option",
+        example="e.g. s3://my-bucket/run1",
+    )
 
 
 # -- clients -----------------------------------------------------------------------------------
