@@ -26,6 +26,7 @@ import argparse
 import math
 import multiprocessing as mp
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -162,6 +163,17 @@ def learner(
 # -- the run ----------------------------------------------------------------------------------
 
 
+def _cli() -> str:
+    """How to run the ``gradientmail`` command from here: the venv's script, if not on PATH."""
+    script = Path(sys.executable).parent / "gradientmail"
+    if shutil.which("gradientmail") == str(script) or not script.exists():
+        return "gradientmail"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="mailbox URL for the run (default: a new file:// dir)")
@@ -237,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nmakespan {makespan:.1f}s with the shared queue; a fixed split of "
         f"{per_learner:g} shards each would take {fixed:.1f}s ({fixed / makespan:.1f}x longer)"
     )
-    print(f"\nSee the run:\n  gradientmail status {url} --plot run.png")
+    print(f"\nSee the run:\n  {_cli()} status {url} --plot run.png")
     return 0 if all(proc.exitcode == 0 for proc in procs) else 1
 
 

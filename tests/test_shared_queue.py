@@ -616,7 +616,7 @@ def test_the_training_example_runs_and_prints_the_status_command() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "makespan" in done.stdout
-    url = done.stdout.split("gradientmail status ", 1)[1].split()[0]
+    url = done.stdout.split("gradientmail status ", 1)[1].split()[0]  # also .venv/bin/gradientmail
     status = read_status_of(url)
     assert status.total == 8
     assert status.left == 0
