@@ -16,7 +16,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gradientmail import InvalidKeyError, Mailbox, from_url
-from gradientmail.conformance.races import cas_counter, race_put_if_absent
 from gradientmail.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -38,17 +37,6 @@ pytestmark = pytest.mark.emulator
 WRONG_KEY = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3Jvbmc9PQ=="
 
 
-def _assert_one_winner_per_key(report: object) -> None:
-    from gradientmail.conformance.races import RaceReport
-
-    assert isinstance(report, RaceReport)
-    assert report.errors == {}, report.counterexample()
-    assert report.multiple_winners() == {}, report.counterexample()
-    assert report.no_winner() == [], report.counterexample()
-    assert report.wrong_bytes() == {}, report.counterexample()
-    assert sum(len(won) for won in report.winners.values()) == len(report.keys)
-
-
 def _everything_said(error: BaseException) -> str:
     """The error's message, repr and whole traceback, chained causes included."""
     formatted = "".join(traceback.format_exception(type(error), error, error.__traceback__))
@@ -56,26 +44,6 @@ def _everything_said(error: BaseException) -> str:
 
 
 # -- races ------------------------------------------------------------------------------------
-
-
-def test_16_threads_race_for_200_keys(rig_azure: Rig) -> None:
-    report = race_put_if_absent(rig_azure.fresh(), racers=16, keys=200, mode="threads")
-    _assert_one_winner_per_key(report)
-
-
-def test_4_processes_race_for_200_keys(rig_azure: Rig) -> None:
-    report = race_put_if_absent(rig_azure.fresh(), racers=4, keys=200, mode="processes")
-    _assert_one_winner_per_key(report)
-
-
-def test_cas_counter_with_8_threads(rig_azure: Rig) -> None:
-    report = cas_counter(rig_azure.fresh(), workers=8, increments=10, mode="threads")
-    assert report.ok, report.counterexample()
-
-
-def test_cas_counter_with_4_processes(rig_azure: Rig) -> None:
-    report = cas_counter(rig_azure.fresh(), workers=4, increments=10, mode="processes")
-    assert report.ok, report.counterexample()
 
 
 # -- lost responses and transient failures, injected between the SDK and the emulator ---------

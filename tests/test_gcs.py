@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import InvalidKeyError, Mailbox, from_url
-from gradientmail.conformance.races import cas_counter, race_put_if_absent
 from gradientmail.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -30,38 +29,7 @@ from tests.rigs import Rig
 pytestmark = pytest.mark.emulator
 
 
-def _assert_one_winner_per_key(report: object) -> None:
-    from gradientmail.conformance.races import RaceReport
-
-    assert isinstance(report, RaceReport)
-    assert report.errors == {}, report.counterexample()
-    assert report.multiple_winners() == {}, report.counterexample()
-    assert report.no_winner() == [], report.counterexample()
-    assert report.wrong_bytes() == {}, report.counterexample()
-    assert sum(len(won) for won in report.winners.values()) == len(report.keys)
-
-
 # -- races ------------------------------------------------------------------------------------
-
-
-def test_16_threads_race_for_200_keys(rig_gcs: Rig) -> None:
-    report = race_put_if_absent(rig_gcs.fresh(), racers=16, keys=200, mode="threads")
-    _assert_one_winner_per_key(report)
-
-
-def test_4_processes_race_for_200_keys(rig_gcs: Rig) -> None:
-    report = race_put_if_absent(rig_gcs.fresh(), racers=4, keys=200, mode="processes")
-    _assert_one_winner_per_key(report)
-
-
-def test_cas_counter_with_8_threads(rig_gcs: Rig) -> None:
-    report = cas_counter(rig_gcs.fresh(), workers=8, increments=10, mode="threads")
-    assert report.ok, report.counterexample()
-
-
-def test_cas_counter_with_4_processes(rig_gcs: Rig) -> None:
-    report = cas_counter(rig_gcs.fresh(), workers=4, increments=10, mode="processes")
-    assert report.ok, report.counterexample()
 
 
 # -- lost responses and transient failures, injected between the SDK and the emulator ---------
