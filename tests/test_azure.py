@@ -1,4 +1,4 @@
-"""az:// against Azurite: races, lost responses, configuration, error mapping and secrets.
+"""az:// against Azurite: lost responses, configuration, error mapping and secrets.
 
 The contract itself (every operation, keys, listing, CAS) runs on Azure through the ``box``
 fixture in test_contract.py; this file covers what is specific to the Azure backend.
@@ -41,9 +41,6 @@ def _everything_said(error: BaseException) -> str:
     """The error's message, repr and whole traceback, chained causes included."""
     formatted = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     return f"{error}\n{error!r}\n{formatted}"
-
-
-# -- races ------------------------------------------------------------------------------------
 
 
 # -- lost responses and transient failures, injected between the SDK and the emulator ---------

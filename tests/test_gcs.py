@@ -1,4 +1,4 @@
-"""gs:// against fake-gcs-server: races, lost responses, configuration and error mapping.
+"""gs:// against fake-gcs-server: lost responses, configuration and error mapping.
 
 The contract itself (every operation, keys, listing, CAS) runs on GCS through the ``box``
 fixture in test_contract.py; this file covers what is specific to the GCS backend.
@@ -27,9 +27,6 @@ from tests.faultproxy import FaultProxy, match
 from tests.rigs import Rig
 
 pytestmark = pytest.mark.emulator
-
-
-# -- races ------------------------------------------------------------------------------------
 
 
 # -- lost responses and transient failures, injected between the SDK and the emulator ---------
