@@ -1,4 +1,4 @@
-"""az:// against Azurite: lost responses, configuration, error mapping and secrets.
+"""az:// against Azurite: its own faults, configuration, error mapping and secrets.
 
 The contract itself (every operation, keys, listing, CAS) runs on Azure through the ``box``
 fixture in test_contract.py; this file covers what is specific to the Azure backend.
@@ -23,13 +23,13 @@ from gradientmail.errors import (
     EndpointUnreachableError,
     GradientMailError,
     KeyNotFoundError,
-    OutcomeUnknownError,
 )
 from gradientmail.mailbox import BaseMailbox, Capability
 from tests.emulators import free_port
 from tests.emulators.azure import AZURITE_KEY, CONTAINER, connection_string
-from tests.faultproxy import FaultProxy, Predicate, match
+from tests.faultproxy import FaultProxy, Predicate
 from tests.rigs import Rig
+from tests.test_cloud_faults import PROFILES
 
 pytestmark = pytest.mark.emulator
 
@@ -43,13 +43,11 @@ def _everything_said(error: BaseException) -> str:
     return f"{error}\n{error!r}\n{formatted}"
 
 
-# -- lost responses and transient failures, injected between the SDK and the emulator ---------
+# -- faults injected by the proxy that only this backend has (shared ones: test_cloud_faults.py)
 
-#: A conditional create: Put Blob with If-None-Match: *.
-CREATE = match(method="PUT", headers={"if-none-match": r"^\*$"})
-#: A compare-and-swap: Put Blob with If-Match: <etag>.
-SWAP = match(method="PUT", headers={"if-match": "."})
-READ_BACK = match(method="HEAD")
+CREATE = PROFILES["azure"].create
+SWAP = PROFILES["azure"].swap
+READ_BACK = PROFILES["azure"].read_back
 
 
 def _answer_azure_error(proxy: FaultProxy, when: Predicate, status: int, code: str) -> None:
@@ -74,36 +72,6 @@ def proxied(rig_azure: Rig, proxy: FaultProxy) -> Mailbox:
     return from_url(rig_azure.url(), connection_string=connection_string(proxy.url))
 
 
-def test_lost_response_to_a_create_that_landed_returns_true(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    dropped = proxy.drop_response(CREATE)
-    assert proxied.put_if_absent("k", b"mine") is True
-    assert dropped.upstream_statuses == [201]  # the store committed the first attempt
-    assert proxy.count(CREATE) == 2  # the retry met our own blob (409) ...
-    assert proxy.count(READ_BACK) == 1  # ... and the write id was read back
-    assert proxied.get("k") == b"mine"
-
-
-def test_lost_response_to_a_create_that_lost_returns_false(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    assert proxied.put_if_absent("k", b"theirs")
-    dropped = proxy.drop_response(CREATE)
-    assert proxied.put_if_absent("k", b"mine") is False
-    assert dropped.upstream_statuses == [409]
-    assert proxied.get("k") == b"theirs"
-
-
-def test_conflict_on_the_only_attempt_is_a_loss_without_read_back(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    assert proxied.put_if_absent("k", b"first")
-    before = len(proxy.requests)
-    assert proxied.put_if_absent("k", b"second") is False
-    assert len(proxy.requests) == before + 1  # one Put Blob, answered 409; nothing read back
-
-
 def test_412_condition_not_met_on_create_is_a_loss_too(proxied: Mailbox, proxy: FaultProxy) -> None:
     _answer_azure_error(proxy, CREATE, 412, "ConditionNotMet")
     assert proxied.put_if_absent("k", b"mine") is False
@@ -118,50 +86,6 @@ def test_if_match_on_a_missing_blob_answered_404_is_a_stale_version(
     _answer_azure_error(proxy, SWAP, 404, "BlobNotFound")
     assert proxied.put_if_match("k", b"2", version) is None
     assert proxied.get("k") == b"1"
-
-
-def test_lost_response_to_a_swap_that_landed_returns_the_new_version(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    proxied.put("k", b"1")
-    _, version = proxied.get_versioned("k")
-    dropped = proxy.drop_response(SWAP)
-    new = proxied.put_if_match("k", b"2", version)
-    assert dropped.upstream_statuses == [201]
-    assert new is not None
-    assert proxied.get_versioned("k") == (b"2", new)
-
-
-def test_ambiguous_create_that_cannot_be_read_back_raises_outcome_unknown(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    proxy.drop_response(match(), times=None)  # every response is lost, read-backs included
-    with pytest.raises(OutcomeUnknownError) as caught:
-        proxied.put_if_absent("k", b"mine")
-    assert "'k'" in str(caught.value)
-    proxy.clear()
-    assert proxied.get("k") == b"mine"  # it had landed: False would have been a lie
-
-
-@pytest.mark.parametrize("status", [500, 503])
-def test_transient_server_error_on_create_is_retried(
-    proxied: Mailbox, proxy: FaultProxy, status: int
-) -> None:
-    failed = proxy.fail(CREATE, status=status)
-    assert proxied.put_if_absent("k", b"mine") is True
-    assert failed.hits == 1
-    assert proxy.count(CREATE) == 2
-    assert proxied.get("k") == b"mine"
-
-
-def test_transient_errors_on_reads_and_listing_are_retried(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    proxied.put("k", b"v")
-    proxy.fail(match(method="GET"), status=503, times=2)
-    assert proxied.get("k") == b"v"
-    proxy.fail(match(method="GET", path=r"comp=list"), status=500)
-    assert list(proxied.list()) == ["k"]
 
 
 def test_over_long_object_name_is_refused_before_any_request(

@@ -1,4 +1,4 @@
-"""gs:// against fake-gcs-server: lost responses, configuration and error mapping.
+"""gs:// against fake-gcs-server: its own faults, configuration and error mapping.
 
 The contract itself (every operation, keys, listing, CAS) runs on GCS through the ``box``
 fixture in test_contract.py; this file covers what is specific to the GCS backend.
@@ -19,24 +19,21 @@ from gradientmail.errors import (
     ConfigurationError,
     EndpointUnreachableError,
     KeyNotFoundError,
-    OutcomeUnknownError,
 )
 from gradientmail.mailbox import BaseMailbox, Capability
 from tests.emulators import free_port
 from tests.faultproxy import FaultProxy, match
 from tests.rigs import Rig
+from tests.test_cloud_faults import PROFILES
 
 pytestmark = pytest.mark.emulator
 
 
-# -- lost responses and transient failures, injected between the SDK and the emulator ---------
+# -- faults injected by the proxy that only this backend has (shared ones: test_cloud_faults.py)
 
-#: A conditional create: the multipart upload with ifGenerationMatch=0.
-CREATE = match(method="POST", path=r"/upload/storage/v1/b/[^/]+/o\?.*ifGenerationMatch=0(&|$)")
-#: A compare-and-swap: an upload conditional on a non-zero generation.
-SWAP = match(method="POST", path=r"/upload/storage/v1/b/[^/]+/o\?.*ifGenerationMatch=[1-9]")
+CREATE = PROFILES["gcs"].create
+
 UPLOAD = match(method="POST", path=r"/upload/storage/v1/")
-READ_BACK = match(method="GET", path=r"/storage/v1/b/[^/]+/o/")
 
 
 @pytest.fixture
@@ -49,80 +46,6 @@ def proxy(gcs_endpoint: str) -> Iterator[FaultProxy]:
 def proxied(rig_gcs: Rig, proxy: FaultProxy) -> Mailbox:
     """A fresh mailbox whose every request passes through ``proxy``."""
     return from_url(rig_gcs.url(), emulator_host=proxy.url)
-
-
-def test_lost_response_to_a_create_that_landed_returns_true(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    dropped = proxy.drop_response(CREATE)
-    assert proxied.put_if_absent("k", b"mine") is True
-    assert dropped.upstream_statuses == [200]  # the store committed the first attempt
-    assert proxy.count(CREATE) == 2  # the retry met our own object (412) ...
-    assert proxy.count(READ_BACK) == 1  # ... and the write id was read back
-    assert proxied.get("k") == b"mine"
-
-
-def test_lost_response_to_a_create_that_lost_returns_false(
-    rig_gcs: Rig, proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    assert proxied.put_if_absent("k", b"theirs")
-    dropped = proxy.drop_response(CREATE)
-    assert proxied.put_if_absent("k", b"mine") is False
-    assert dropped.upstream_statuses == [412]
-    assert proxied.get("k") == b"theirs"
-
-
-def test_precondition_failure_on_the_only_attempt_is_a_loss_without_read_back(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    assert proxied.put_if_absent("k", b"first")
-    before = len(proxy.requests)
-    assert proxied.put_if_absent("k", b"second") is False
-    assert len(proxy.requests) == before + 1  # one upload, answered 412; nothing read back
-
-
-def test_lost_response_to_a_swap_that_landed_returns_the_new_version(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    proxied.put("k", b"1")
-    _, version = proxied.get_versioned("k")
-    dropped = proxy.drop_response(SWAP)
-    new = proxied.put_if_match("k", b"2", version)
-    assert dropped.upstream_statuses == [200]
-    assert new is not None
-    assert proxied.get_versioned("k") == (b"2", new)
-
-
-def test_ambiguous_create_that_cannot_be_read_back_raises_outcome_unknown(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    proxy.drop_response(match(), times=None)  # every response is lost, read-backs included
-    with pytest.raises(OutcomeUnknownError) as caught:
-        proxied.put_if_absent("k", b"mine")
-    assert "'k'" in str(caught.value)
-    proxy.clear()
-    assert proxied.get("k") == b"mine"  # it had landed: False would have been a lie
-
-
-@pytest.mark.parametrize("status", [500, 503])
-def test_transient_server_error_on_create_is_retried(
-    proxied: Mailbox, proxy: FaultProxy, status: int
-) -> None:
-    failed = proxy.fail(CREATE, status=status)
-    assert proxied.put_if_absent("k", b"mine") is True
-    assert failed.hits == 1
-    assert proxy.count(CREATE) == 2
-    assert proxied.get("k") == b"mine"
-
-
-def test_transient_errors_on_reads_and_listing_are_retried(
-    proxied: Mailbox, proxy: FaultProxy
-) -> None:
-    proxied.put("k", b"v")
-    proxy.fail(match(method="GET"), status=503, times=2)
-    assert proxied.get("k") == b"v"
-    proxy.fail(match(method="GET", path=r"/storage/v1/b/[^/]+/o\?"), status=500)
-    assert list(proxied.list()) == ["k"]
 
 
 def test_429_is_transient_and_retried(proxied: Mailbox, proxy: FaultProxy) -> None:
