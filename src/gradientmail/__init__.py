@@ -6,6 +6,7 @@ patterns load their dependencies when first used.
 
 from __future__ import annotations
 
+from gradientmail.backends.base import BaseMailbox
 from gradientmail.errors import (
     AccessDeniedError,
     AtomicityViolationError,
@@ -14,22 +15,17 @@ from gradientmail.errors import (
     ConfigurationError,
     EndpointUnreachableError,
     GradientMailError,
+    InvalidDataError,
     InvalidKeyError,
     KeyNotFoundError,
+    LeaseLostError,
     MissingDependencyError,
     NotSupportedError,
     OutcomeUnknownError,
     TransientBackendError,
     WorkerError,
 )
-from gradientmail.mailbox import (
-    BaseMailbox,
-    Capability,
-    InvalidDataError,
-    Mailbox,
-    SupportsCompareAndSwap,
-    Version,
-)
+from gradientmail.mailbox import Capability, Mailbox, SupportsCompareAndSwap, Version
 from gradientmail.session import Session
 from gradientmail.urls import from_url
 
@@ -48,6 +44,7 @@ __all__ = [
     "InvalidDataError",
     "InvalidKeyError",
     "KeyNotFoundError",
+    "LeaseLostError",
     "Mailbox",
     "MissingDependencyError",
     "NotSupportedError",

@@ -9,9 +9,17 @@ Where a builtin exception means the same thing, the class inherits it too, so bo
     │   └── MissingDependencyError (ImportError)  an optional extra is not installed
     ├── InvalidKeyError (ValueError)              a key breaks a rule; names the rule
     ├── KeyNotFoundError (LookupError)            get() of a key that does not exist
+    ├── InvalidDataError (TypeError)              a value is not bytes-like, or unusable
     ├── NotSupportedError (NotImplementedError)   a capability the backend lacks
     ├── AtomicityViolationError                   the store let two claimants win
+    ├── LeaseLostError                            another learner took over this one's units
     ├── WorkerError                               a background loader/producer failed
+    │   └── ProducerFailedError (+PipelineError)  a pipeline producer failed
+    │       └── ProducerLostError                 its heartbeat lapsed: presumed dead
+    ├── PipelineError                             a pipeline refused or stopped
+    │   ├── ProducerRegistrationError (ValueError)  undeclared or twice-registered producer
+    │   ├── PipelineStalledError (TimeoutError)   no progress for ``stall_timeout`` seconds
+    │   └── PipelineAbortedError                  the pipeline was aborted
     └── BackendError                              the store failed; carries key and backend
         ├── TransientBackendError                 worth retrying (5xx, timeouts, conflicts)
         │   └── EndpointUnreachableError (ConnectionError)
@@ -19,8 +27,10 @@ Where a builtin exception means the same thing, the class inherits it too, so bo
         ├── AccessDeniedError (PermissionError)   credentials missing or refused
         └── OutcomeUnknownError                   a conditional write may or may not have landed
 
-Backends map their SDK's exceptions into this tree in exactly one function each, chaining
-the original (``raise ... from exc``). Messages never contain credentials.
+Backends map their SDK's exceptions into this tree at one boundary each, chaining the
+original (``raise ... from exc``). Messages never contain credentials. Every error
+gradientmail defines lives in this module; other modules re-export some of them where users
+have imported them from before.
 """
 
 from __future__ import annotations
@@ -33,11 +43,19 @@ __all__ = [
     "ConfigurationError",
     "EndpointUnreachableError",
     "GradientMailError",
+    "InvalidDataError",
     "InvalidKeyError",
     "KeyNotFoundError",
+    "LeaseLostError",
     "MissingDependencyError",
     "NotSupportedError",
     "OutcomeUnknownError",
+    "PipelineAbortedError",
+    "PipelineError",
+    "PipelineStalledError",
+    "ProducerFailedError",
+    "ProducerLostError",
+    "ProducerRegistrationError",
     "TransientBackendError",
     "WorkerError",
 ]
@@ -88,6 +106,14 @@ class KeyNotFoundError(GradientMailError, LookupError):
         super().__init__(f"key {key!r} not found{where}")
 
 
+class InvalidDataError(GradientMailError, TypeError):
+    """A value is not bytes-like (``bytes``, ``bytearray`` or ``memoryview``), or is unusable.
+
+    Also raised for a released ``memoryview`` and for a ``version`` that is not a
+    :class:`~gradientmail.mailbox.Version`.
+    """
+
+
 class NotSupportedError(GradientMailError, NotImplementedError):
     """The backend does not declare the capability this call needs."""
 
@@ -98,6 +124,27 @@ class AtomicityViolationError(GradientMailError):
     Raised by patterns (such as ``shared_queue``) that read a claim back and find another
     owner. Run ``gradientmail conformance URL`` against the store to see why.
     """
+
+
+class LeaseLostError(GradientMailError):
+    """This learner's lease lapsed and another learner took over its units.
+
+    Raised by ``shared_queue`` in the training loop of a learner that was paused (SIGSTOP, a
+    long garbage-collection pause, a network partition) for longer than its lease, or that
+    was replaced by a newer incarnation with the same learner id. It delivers no further item
+    of a unit it no longer owns and records no completion for one; the other learners finish
+    those units.
+
+    Attributes:
+        learner: the learner id whose lease was lost.
+        units: identifiers of the units that were taken over (may be empty when a newer
+            incarnation fenced this one).
+    """
+
+    def __init__(self, message: str, *, learner: str, units: tuple[str, ...] = ()) -> None:
+        self.learner = learner
+        self.units = units
+        super().__init__(message)
 
 
 class BackendError(GradientMailError):
@@ -166,3 +213,84 @@ class WorkerError(GradientMailError):
         self.error_type = error_type
         self.worker_traceback = worker_traceback
         super().__init__(f"{message}\n\nTraceback in the worker thread:\n{worker_traceback}")
+
+
+class PipelineError(GradientMailError):
+    """Root of the errors a producer/consumer pipeline raises on purpose."""
+
+
+class ProducerRegistrationError(PipelineError, ValueError):
+    """A producer id was not declared, or has already registered (late registration)."""
+
+
+class ProducerFailedError(WorkerError, PipelineError):
+    """A producer failed; raised to consumers after every item that producer put.
+
+    A :class:`WorkerError`, like a ``shared_queue`` loader's failure: in process the
+    original exception is chained as ``__cause__``; from another process its type, message
+    and traceback arrive as text.
+
+    Attributes:
+        producer: the producer's id.
+        items: how many items the producer put before it failed.
+        summary: the message without the traceback.
+        error_type: the qualified name of the producer's exception.
+        worker_traceback: the producer's traceback, as text.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        producer: str,
+        items: int,
+        error_type: str = "",
+        worker_traceback: str = "",
+    ) -> None:
+        super().__init__(
+            message,
+            worker=f"producer {producer!r}",
+            error_type=error_type,
+            worker_traceback=worker_traceback or "(none: the producer reported no exception)\n",
+        )
+        self.summary = message
+        self.producer = producer
+        self.items = items
+
+    @classmethod
+    def after(
+        cls, producer: str, items: int, error_type: str, message: str, worker_traceback: str
+    ) -> ProducerFailedError:
+        """The error for ``producer`` failing with ``error_type: message`` after ``items``."""
+        described = f"{error_type}: {message}" if message else error_type
+        return cls(
+            f"producer {producer!r} failed after putting {items} item(s): {described}",
+            producer=producer,
+            items=items,
+            error_type=error_type,
+            worker_traceback=worker_traceback,
+        )
+
+    def copy(self) -> ProducerFailedError:
+        """A fresh copy for another consumer thread (tracebacks must not be shared)."""
+        copied = type(self)(
+            self.summary,
+            producer=self.producer,
+            items=self.items,
+            error_type=self.error_type,
+            worker_traceback=self.worker_traceback,
+        )
+        copied.__cause__ = self.__cause__
+        return copied
+
+
+class ProducerLostError(ProducerFailedError):
+    """A producer stopped renewing its lease for longer than the lease: presumed dead."""
+
+
+class PipelineStalledError(PipelineError, TimeoutError):
+    """No progress for ``stall_timeout`` seconds; the message names what was waited on."""
+
+
+class PipelineAbortedError(PipelineError):
+    """The pipeline was aborted or failed, so this producer's items can no longer be used."""

@@ -6,6 +6,10 @@ read ``\\`` as ``/``, so such keys could not behave the same everywhere). The sa
 hold on every backend, so code moves from ``file://`` to ``s3://`` unchanged. Each
 rejection raises :class:`~gradientmail.errors.InvalidKeyError` whose ``rule`` names the rule
 broken.
+
+Identifiers that become one segment of a key (learner, producer, consumer and unit ids)
+follow :func:`validate_segment`: the key rule, without ``/``. It is the only ID rule in
+gradientmail, so a name valid for a learner is valid for a producer too.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import re
 
 from gradientmail.errors import InvalidKeyError
 
-__all__ = ["MAX_KEY_BYTES", "validate_key", "validate_prefix"]
+__all__ = ["MAX_KEY_BYTES", "validate_key", "validate_prefix", "validate_segment"]
 
 MAX_KEY_BYTES = 1024
 
@@ -94,3 +98,27 @@ def validate_prefix(prefix: object) -> str:
     if prefix == "":
         return ""
     return _check_text(prefix, "prefix")
+
+
+def validate_segment(value: object, what: str) -> str:
+    """Return ``value`` if it can be one key segment, else raise ``InvalidKeyError`` naming it.
+
+    A segment is a non-empty ``str`` without ``/`` that is a valid key on its own: no
+    control characters or backslash, not ``.`` or ``..``, at most 1024 bytes in UTF-8.
+    Letters outside ASCII are fine (``nœud-1``).
+
+    Args:
+        value: the identifier to check.
+        what: what it names, for the message (``"learner id"``, ``"producer id"``).
+    """
+    if not isinstance(value, str):
+        raise InvalidKeyError(value, f"a {what} must be a str, not {type(value).__name__}")
+    if "/" in value:
+        raise InvalidKeyError(
+            value, f"a {what} must be one key segment, without '/'; replace it, e.g. with '-'"
+        )
+    try:
+        validate_key(value)
+    except InvalidKeyError as exc:
+        raise InvalidKeyError(value, f"a {what} must be a valid key segment: {exc.rule}") from None
+    return value

@@ -1,59 +1,52 @@
-"""The Mailbox contract: what every backend promises, and the shared machinery behind it.
+"""The Mailbox contract: what every backend promises.
 
 A :class:`Mailbox` maps ``str`` keys to ``bytes`` in one namespace. Its essential promise is
 :meth:`Mailbox.put_if_absent`: among any number of concurrent calls on one key, from threads,
 processes or machines, exactly one returns ``True``, and afterwards every reader sees that
-call's bytes. Backends only claim this where the store itself enforces it.
+call's bytes. Backends only claim this where the store itself enforces it; none fakes it by
+checking and then writing.
 
-Backends subclass :class:`BaseMailbox` and implement a handful of primitives (``_create``,
-``_read``, ``_stat``, ``_write``, ``_delete``, ``_iter_keys`` and optionally ``_replace``).
-``BaseMailbox`` supplies, once for every backend:
-
-* key and value validation (:mod:`gradientmail.keys`);
-* the retry policy for transient failures (:class:`RetryPolicy`);
-* lost-response resolution: every conditional write carries a unique write id, and when a
-  precondition failure follows a retry or a transport error, the key is read back to decide
-  whether our own write is the one stored. If that cannot be decided,
-  :class:`~gradientmail.errors.OutcomeUnknownError` is raised; ``False``/``None`` is never
-  returned for a write that may have landed.
+This module holds the contract only: the :class:`Mailbox` and
+:class:`SupportsCompareAndSwap` protocols, :class:`Version` and :class:`Capability`. The
+machinery every built-in backend shares (validation, retries, lost-response resolution) is
+:class:`gradientmail.backends.base.BaseMailbox`; how to write a backend of your own is in
+``docs/extending.md``.
 """
 
 from __future__ import annotations
 
 import enum
-import os
-import random
-import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
-
-from gradientmail.errors import (
-    BackendError,
-    EndpointUnreachableError,
-    GradientMailError,
-    NotSupportedError,
-    OutcomeUnknownError,
-    TransientBackendError,
-)
-from gradientmail.keys import MAX_KEY_BYTES, validate_key, validate_prefix
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
-    "BaseMailbox",
     "Capability",
-    "Conflict",
-    "InvalidDataError",
     "Mailbox",
-    "RetryPolicy",
-    "Stat",
     "SupportsCompareAndSwap",
     "Version",
 ]
 
+# Names that lived here before the backend machinery moved to gradientmail.backends.base;
+# imports from their old place keep working.
+_MOVED = {
+    "BaseMailbox": "gradientmail.backends.base",
+    "Conflict": "gradientmail.backends.base",
+    "RetryPolicy": "gradientmail.backends.base",
+    "Stat": "gradientmail.backends.base",
+    "as_bytes": "gradientmail.backends.base",
+    "new_write_id": "gradientmail.backends.base",
+    "InvalidDataError": "gradientmail.errors",
+}
 
-class InvalidDataError(GradientMailError, TypeError):
-    """A value is not bytes-like. Values are ``bytes``, ``bytearray`` or ``memoryview``."""
+
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -173,305 +166,3 @@ class SupportsCompareAndSwap(Protocol):
     def get_versioned(self, key: str) -> tuple[bytes, Version]: ...
 
     def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None: ...
-
-
-class Conflict(enum.Enum):
-    """How a backend's conditional primitive reports that the precondition failed."""
-
-    #: The precondition failed on the only request sent: our write was certainly not stored.
-    LOST = "lost"
-    #: The precondition failed after the request was retried (by the SDK or the transport):
-    #: the earlier attempt may have stored our write, so the key must be read back.
-    AFTER_RETRY = "after-retry"
-
-
-@dataclass(frozen=True)
-class Stat:
-    """What a backend knows about a stored key without reading its value."""
-
-    version: Version
-    #: The write id stamped by the write that stored the current value, if the store kept it.
-    write_id: str | None
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Jittered exponential backoff for transient failures, shared by every backend.
-
-    Attempt ``n`` (0-based) waits a uniformly random time in ``[0, min(cap, base * 2**n)]``
-    before the next attempt ("full jitter"), so racing clients spread out.
-    """
-
-    attempts: int = 5
-    base_delay: float = 0.05
-    max_delay: float = 2.0
-
-    def delay(self, attempt: int) -> float:
-        """The pause before retry number ``attempt + 1``."""
-        return random.uniform(0.0, min(self.max_delay, self.base_delay * (2**attempt)))
-
-
-# Write ids only need to be unique, not secret. A PRNG seeded with 256 bits from the OS makes
-# them without a syscall: os.urandom (behind uuid4) releases the GIL, which on a busy consumer
-# thread can stall a loader thread for a whole switch interval. Forked children reseed, so
-# they never share a stream; spawned ones seed afresh on import.
-_write_ids = random.Random(os.urandom(32))
-os.register_at_fork(after_in_child=lambda: _write_ids.seed(os.urandom(32)))
-
-
-def new_write_id() -> str:
-    """A unique id for one write: 128 random bits as 32 hex digits."""
-    return f"{_write_ids.getrandbits(128):032x}"
-
-
-def as_bytes(data: object) -> bytes:
-    """Return ``data`` as ``bytes``, or raise ``InvalidDataError`` naming the type."""
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    raise InvalidDataError(
-        f"a value must be bytes, bytearray or memoryview, not {type(data).__name__}; "
-        "encode text first, e.g. value.encode('utf-8')"
-    )
-
-
-def _restore(url: str, options: Mapping[str, Any]) -> Mailbox:
-    from gradientmail.urls import from_url
-
-    return from_url(url, **options)
-
-
-class BaseMailbox(ABC):
-    """Base class for backends: validation, retries and lost-response handling in one place.
-
-    Subclasses set ``capabilities`` and implement the primitives below. Primitives receive
-    keys that are already validated, raise ``KeyNotFoundError`` for missing keys where
-    documented, and map every store failure to a ``BackendError`` subclass (transient
-    failures as ``TransientBackendError``).
-    """
-
-    capabilities: ClassVar[frozenset[Capability]] = frozenset()
-    retry_policy: ClassVar[RetryPolicy] = RetryPolicy()
-    #: Object stores: what precedes every key in the store's object names (the URL's
-    #: prefix and its '/'). It counts toward the store's 1024-byte name limit.
-    object_name_prefix: str = ""
-
-    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
-        self._url = url
-        self._options: dict[str, Any] = dict(options or {})
-
-    # -- identity ---------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """The URL this mailbox was opened with, without query options or credentials."""
-        return self._url
-
-    def supports(self, capability: Capability) -> bool:
-        """Whether this mailbox declares ``capability``."""
-        return capability in self.capabilities
-
-    @property
-    def max_key_bytes(self) -> int:
-        """The longest key accepted, in UTF-8 bytes.
-
-        1024 on memory:// and file://. Object stores limit the whole object name (prefix
-        and key) to 1024 bytes, so their backends return 1024 minus the prefix's length; a
-        longer key is rejected with ``InvalidKeyError`` before any request is sent.
-        """
-        return MAX_KEY_BYTES - len(self.object_name_prefix.encode("utf-8"))
-
-    def _key(self, key: object) -> str:
-        return validate_key(key, self.max_key_bytes)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} url={self._url!r}>"
-
-    def __reduce__(self) -> tuple[Callable[..., Mailbox], tuple[str, dict[str, Any]]]:
-        # Reopen from the URL and options in the receiving process: connections, file
-        # descriptors and locks never travel.
-        return (_restore, (self._url, self._options))
-
-    def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing
-        """Release connections or descriptors. The mailbox reopens them if used again."""
-
-    def __enter__(self) -> BaseMailbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- the public contract ----------------------------------------------------------------
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        """See :meth:`Mailbox.put_if_absent`."""
-        key = self._key(key)
-        body = as_bytes(data)
-        write_id = new_write_id()
-        outcome = self._conditional(key, write_id, lambda: self._create(key, body, write_id))
-        return outcome is not None
-
-    def get(self, key: str) -> bytes:
-        """See :meth:`Mailbox.get`. Transient failures are retried per the retry policy."""
-        key = self._key(key)
-        data: bytes = self._with_retries(key, lambda: self._read(key))[0]
-        return data
-
-    def list(self, prefix: str = "") -> Iterator[str]:
-        """See :meth:`Mailbox.list`. The prefix is checked before this returns."""
-        return self._iter_keys(validate_prefix(prefix))
-
-    def put(self, key: str, data: bytes) -> None:
-        """See :meth:`Mailbox.put`."""
-        key = self._key(key)
-        body = as_bytes(data)
-        self._with_retries(key, lambda: self._write(key, body, new_write_id()))
-
-    def delete(self, key: str) -> None:
-        """See :meth:`Mailbox.delete`."""
-        key = self._key(key)
-        self._with_retries(key, lambda: self._delete(key))
-
-    def get_versioned(self, key: str) -> tuple[bytes, Version]:
-        """See :meth:`Mailbox.get_versioned`."""
-        key = self._key(key)
-        self._require(Capability.COMPARE_AND_SWAP, "get_versioned")
-        result: tuple[bytes, Version] = self._with_retries(key, lambda: self._read(key))
-        return result
-
-    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None:
-        """See :meth:`Mailbox.put_if_match`."""
-        key = self._key(key)
-        body = as_bytes(data)
-        self._require(Capability.COMPARE_AND_SWAP, "put_if_match")
-        if not isinstance(version, Version):
-            raise InvalidDataError(
-                f"version must be a gradientmail.Version from get_versioned(), "
-                f"not {type(version).__name__}"
-            )
-        write_id = new_write_id()
-        return self._conditional(
-            key, write_id, lambda: self._replace(key, body, version, write_id), replace=True
-        )
-
-    # -- primitives for backends ------------------------------------------------------------
-
-    @abstractmethod
-    def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
-        """Store ``data`` only if ``key`` is absent, stamped with ``write_id``."""
-
-    @abstractmethod
-    def _read(self, key: str) -> tuple[bytes, Version]:
-        """Return value and version; raise ``KeyNotFoundError`` if missing."""
-
-    @abstractmethod
-    def _stat(self, key: str) -> Stat | None:
-        """Return the key's version and write id, or ``None`` if it does not exist."""
-
-    @abstractmethod
-    def _write(self, key: str, data: bytes, write_id: str) -> None:
-        """Store ``data`` unconditionally."""
-
-    @abstractmethod
-    def _delete(self, key: str) -> None:
-        """Remove ``key``; a missing key is not an error."""
-
-    @abstractmethod
-    def _iter_keys(self, prefix: str) -> Iterator[str]:
-        """Yield keys starting with ``prefix`` in ascending order, page by page.
-
-        Backends that fetch pages over the network retry each page fetch with
-        ``self._with_retries`` (the base class cannot retry inside a generator).
-        """
-
-    def _replace(
-        self, key: str, data: bytes, version: Version, write_id: str
-    ) -> Version | Conflict:
-        """Store ``data`` only if the current version is ``version`` (``Conflict`` if not)."""
-        raise NotSupportedError(f"{type(self).__name__} does not support compare-and-swap")
-
-    # -- shared machinery -------------------------------------------------------------------
-
-    def _require(self, capability: Capability, operation: str) -> None:
-        if capability not in self.capabilities:
-            raise NotSupportedError(
-                f"{operation}() needs the {capability.value!r} capability, which "
-                f"{type(self).__name__} ({self._url}) does not declare; check "
-                f"mailbox.supports(Capability.{capability.name}) first"
-            )
-
-    def _with_retries(self, key: str, attempt: Callable[[], Any]) -> Any:
-        """Run an idempotent operation, retrying transient failures per the retry policy."""
-        policy = self.retry_policy
-        for n in range(policy.attempts):
-            try:
-                return attempt()
-            except TransientBackendError:
-                if n + 1 >= policy.attempts:
-                    raise
-                time.sleep(policy.delay(n))
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _conditional(
-        self,
-        key: str,
-        write_id: str,
-        attempt: Callable[[], Version | Conflict],
-        *,
-        replace: bool = False,
-    ) -> Version | None:
-        """Run a conditional write with retries; resolve ambiguous outcomes by reading back.
-
-        Returns the stored version if our write is the one stored, ``None`` if it certainly
-        is not. Raises ``OutcomeUnknownError`` when it cannot tell.
-        """
-        policy = self.retry_policy
-        maybe_sent = False  # an earlier attempt may have reached the store
-        last_error: TransientBackendError | None = None
-        for n in range(policy.attempts):
-            try:
-                outcome = attempt()
-            except TransientBackendError as exc:
-                last_error = exc
-                # A refused connection never carried the request; anything else might have.
-                maybe_sent = maybe_sent or not isinstance(exc, EndpointUnreachableError)
-                if n + 1 < policy.attempts:
-                    time.sleep(policy.delay(n))
-                continue
-            if isinstance(outcome, Version):
-                return outcome
-            if outcome is Conflict.LOST and not maybe_sent:
-                return None
-            return self._resolve(key, write_id, replace=replace, cause=None)
-        assert last_error is not None
-        if not maybe_sent:
-            raise last_error
-        return self._resolve(key, write_id, replace=replace, cause=last_error)
-
-    def _resolve(
-        self, key: str, write_id: str, *, replace: bool, cause: BackendError | None
-    ) -> Version | None:
-        """Decide an ambiguous conditional write by reading the key's write id back."""
-        try:
-            stat: Stat | None = self._with_retries(key, lambda: self._stat(key))
-        except BackendError as exc:
-            raise OutcomeUnknownError(
-                "a conditional write may have been stored, and reading the key back failed",
-                key=key,
-                backend=self._url,
-            ) from exc
-        if stat is not None and stat.write_id == write_id:
-            return stat.version
-        if stat is not None and not replace:
-            # Another writer's object is stored, so the store refused ours: we lost.
-            return None
-        if stat is None and not replace:
-            reason = "the key is missing, so an earlier attempt may still be in flight"
-        else:
-            reason = "the stored object is not ours, but ours may have landed and been replaced"
-        raise OutcomeUnknownError(
-            f"a conditional write failed ambiguously and {reason}",
-            key=key,
-            backend=self._url,
-        ) from cause

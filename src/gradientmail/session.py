@@ -33,33 +33,32 @@ The record is JSON; its fields are described in :mod:`gradientmail.status`.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from types import TracebackType
 from typing import Any
 
 from gradientmail.errors import BackendError, ConfigurationError
+from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns.shared_queue import validate_segment
+from gradientmail.patterns.claims import encode_record
+from gradientmail.patterns.progress import (
+    LEARNERS_PREFIX,
+    active_reporter,
+    pop_reporter,
+    push_reporter,
+)
 
 __all__ = ["LEARNERS_PREFIX", "Session", "active_session"]
 
-#: Progress records live under this prefix: ``learners/{learner_id}``.
-LEARNERS_PREFIX = "learners/"
 #: Weight of the newest period in the smoothed samples-per-second rate.
 RATE_SMOOTHING = 0.5
-
-_active = threading.local()
 
 
 def active_session(learner_id: str) -> Session | None:
     """The innermost :class:`Session` for ``learner_id`` entered in this thread, if any."""
-    stack: list[Session] = getattr(_active, "stack", [])
-    for session in reversed(stack):
-        if session.learner_id == learner_id:
-            return session
-    return None
+    reporter = active_reporter(learner_id)
+    return reporter if isinstance(reporter, Session) else None
 
 
 class Session:
@@ -176,7 +175,7 @@ class Session:
     def publish(self) -> None:
         """Write the progress record now (one ``put``). Raises the store's error."""
         body = self.record()
-        self.mailbox.put(self.key, json.dumps(body, separators=(",", ":")).encode("utf-8"))
+        self.mailbox.put(self.key, encode_record(body))
         self._last_published = (
             body["steps"],
             body["samples"],
@@ -215,9 +214,7 @@ class Session:
         self._started_at = time.time()
         self._state = "running"
         self.publish()
-        stack: list[Session] = getattr(_active, "stack", None) or []
-        stack.append(self)
-        _active.stack = stack
+        push_reporter(self)
         self._publisher = threading.Thread(
             target=self._publish_periodically,
             name=f"gradientmail-session-{self.learner_id}",
@@ -232,9 +229,7 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        stack: list[Session] = getattr(_active, "stack", [])
-        if self in stack:
-            stack.remove(self)
+        pop_reporter(self)
         self._stop.set()
         if self._publisher is not None:
             self._publisher.join()

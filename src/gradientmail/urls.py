@@ -20,18 +20,26 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import warnings
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib import metadata
-from typing import Any, cast
-from urllib.parse import parse_qsl, unquote, urlsplit
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gradientmail.errors import ConfigurationError, InvalidKeyError, MissingDependencyError
-from gradientmail.keys import validate_key
+from gradientmail.backends.options import (
+    SplitURL,
+    parse_bool,
+    parse_options,
+    redact,
+    require,
+    split_store_url,
+    split_url,
+)
+from gradientmail.errors import ConfigurationError
 from gradientmail.mailbox import Mailbox
+
+if TYPE_CHECKING:
+    from gradientmail.backends.base import BaseMailbox
 
 __all__ = [
     "BUILTIN_SCHEMES",
@@ -40,6 +48,7 @@ __all__ = [
     "from_url",
     "parse_bool",
     "parse_options",
+    "redact",
     "require",
     "split_store_url",
     "split_url",
@@ -58,150 +67,16 @@ BUILTIN_SCHEMES: Mapping[str, str] = {
     "az": "gradientmail.backends.azure:AzureMailbox",
 }
 
-Factory = Callable[..., Mailbox]
 
+class Factory(Protocol):
+    """What a scheme resolves to: ``open(url, **options) -> Mailbox``.
 
-@dataclass(frozen=True)
-class SplitURL:
-    """A mailbox URL taken apart. ``path`` has no leading ``/`` for object stores."""
-
-    scheme: str
-    netloc: str
-    path: str
-    query: dict[str, str]
-
-
-def split_url(url: str) -> SplitURL:
-    """Split ``url`` into scheme, location, path and query options.
-
-    Raises:
-        ConfigurationError: the URL is not a string, has no scheme, or repeats an option.
+    Built-in backends provide it as the ``open`` classmethod of their
+    :class:`~gradientmail.backends.base.BaseMailbox` subclass; a plug-in's entry point may
+    name any callable of this shape.
     """
-    if not isinstance(url, str) or not url:
-        raise ConfigurationError(f"a mailbox URL must be a non-empty str, not {url!r}")
-    parts = urlsplit(url)
-    if parts.fragment:
-        raise ConfigurationError(f"mailbox URL {_safe(url)!r} must not contain a '#fragment'")
-    query: dict[str, str] = {}
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in query:
-            raise ConfigurationError(f"option {name!r} is given twice in {_safe(url)!r}")
-        query[name] = value
-    return SplitURL(parts.scheme.lower(), unquote(parts.netloc), unquote(parts.path), query)
 
-
-def split_store_url(
-    url: str, *, store: str, container: str, name: re.Pattern[str], name_rule: str, example: str
-) -> tuple[str, str]:
-    """Split an object-store URL ``scheme://CONTAINER/PREFIX`` into (container, prefix).
-
-    The prefix comes back without a leading or trailing ``/`` (``""`` for none) and follows
-    the key rules, so that ``prefix + "/" + key`` is a valid object name.
-
-    Args:
-        url: the URL, without its query string.
-        store: the store's name for messages, e.g. ``"S3"``.
-        container: what the store calls a container, e.g. ``"bucket"``.
-        name: the pattern a container name must match in full.
-        name_rule: the naming rule in words, for messages.
-        example: an example URL phrase, e.g. ``"e.g. s3://my-bucket/run1"``.
-
-    Raises:
-        ConfigurationError: credentials in the URL (never echoed), no container, an invalid
-            container name, or a prefix with an empty, ``.`` or ``..`` segment.
-    """
-    split = split_url(url)
-    if "@" in split.netloc:
-        raise ConfigurationError(
-            f"{store} URLs must not carry credentials; use the SDK's standard credential "
-            f"chain (environment variables, a profile or config file); {example}"
-        )
-    if not split.netloc:
-        raise ConfigurationError(
-            f"{store} URL {url!r} names no {container}; use "
-            f"{split.scheme}://{container.upper()}/PREFIX, {example}"
-        )
-    if not name.fullmatch(split.netloc):
-        raise ConfigurationError(
-            f"invalid {container} name {split.netloc!r} in {url!r}: not a valid {store} "
-            f"{container} name ({name_rule}); {example}"
-        )
-    # One leading "/" separates the prefix; one trailing "/" is conventional.
-    prefix = split.path.removeprefix("/").removesuffix("/")
-    if prefix and "" in prefix.split("/"):
-        raise ConfigurationError(
-            f"the prefix {prefix!r} in {url!r} has an empty segment ('//'); {example}"
-        )
-    if prefix:
-        try:
-            validate_key(prefix)
-        except InvalidKeyError as exc:
-            raise ConfigurationError(
-                f"the prefix {prefix!r} in {url!r} is not valid: {exc.rule}; {example}"
-            ) from None
-    return split.netloc, prefix
-
-
-def _safe(url: str) -> str:
-    """The URL without its query string or user info, for messages: options may be secrets."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else parts.path
-
-
-def parse_bool(value: object) -> bool:
-    """Accept ``True``/``False`` or the strings ``true/false/1/0/yes/no/on/off``."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"expected a boolean (true/false), got {value!r}")
-
-
-def parse_options(
-    backend: str,
-    given: Mapping[str, Any],
-    accepted: Mapping[str, Callable[[Any], Any]],
-    defaults: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Check and convert options for ``backend``.
-
-    Args:
-        backend: the scheme, for messages.
-        given: the options the caller passed.
-        accepted: option name → converter (called on the raw value; may raise ValueError).
-        defaults: values for options not given.
-
-    Raises:
-        ConfigurationError: an unknown option (listing the accepted ones) or a bad value.
-    """
-    unknown = sorted(set(given) - set(accepted))
-    if unknown:
-        allowed = ", ".join(sorted(accepted)) or "none"
-        raise ConfigurationError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for {backend}:// mailboxes; "
-            f"accepted options: {allowed}"
-        )
-    result = dict(defaults or {})
-    for name, raw in given.items():
-        try:
-            result[name] = accepted[name](raw)
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"option {name!r} for {backend}:// is invalid: {exc}"
-            ) from None
-    return result
-
-
-def require(module: str, extra: str) -> Any:
-    """Import an optional dependency, or raise ``MissingDependencyError`` naming the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingDependencyError(module, extra) from exc
+    def __call__(self, url: str, **options: Any) -> Mailbox: ...
 
 
 @lru_cache(maxsize=1)
@@ -225,8 +100,8 @@ def _plugins() -> dict[str, metadata.EntryPoint]:
 
 def _builtin(scheme: str) -> Factory:
     module_name, _, attr = BUILTIN_SCHEMES[scheme].partition(":")
-    cls = getattr(importlib.import_module(module_name), attr)
-    return cast(Factory, cls.open)
+    cls: type[BaseMailbox] = getattr(importlib.import_module(module_name), attr)
+    return cls.open
 
 
 def _factory(scheme: str, url: str) -> Factory:
@@ -234,10 +109,16 @@ def _factory(scheme: str, url: str) -> Factory:
         return _builtin(scheme)
     plugin = _plugins().get(scheme)
     if plugin is not None:
-        return cast(Factory, plugin.load())
+        factory = plugin.load()
+        if not callable(factory):
+            raise ConfigurationError(
+                f"the {ENTRY_POINT_GROUP} plug-in for {scheme}:// names {plugin.value!r}, "
+                "which is not callable; it must name open(url, **options) -> Mailbox"
+            )
+        return factory  # type: ignore[no-any-return]  # entry points load untyped objects
     known = sorted(set(BUILTIN_SCHEMES) | set(_plugins()))
     raise ConfigurationError(
-        f"unknown mailbox URL scheme {scheme!r} in {_safe(url)!r}; known schemes: "
+        f"unknown mailbox URL scheme {scheme!r} in {redact(url)!r}; known schemes: "
         f"{', '.join(s + '://' for s in known)}; third-party stores register in the "
         f"{ENTRY_POINT_GROUP!r} entry-point group"
     )
@@ -265,7 +146,7 @@ def from_url(url: str, **options: Any) -> Mailbox:
     if "://" not in url:
         if ":" in url.split("/", 1)[0]:
             raise ConfigurationError(
-                f"malformed mailbox URL {_safe(url)!r}: expected scheme://location, "
+                f"malformed mailbox URL {redact(url)!r}: expected scheme://location, "
                 "e.g. file:///data/run1 or s3://bucket/run1"
             )
         # A plain path means a local directory.

@@ -53,6 +53,8 @@ from functools import partial
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+from gradientmail.backends.base import BaseMailbox, Conflict, Stat
+from gradientmail.backends.options import parse_options, require, split_store_url
 from gradientmail.errors import (
     AccessDeniedError,
     BackendError,
@@ -62,8 +64,7 @@ from gradientmail.errors import (
     KeyNotFoundError,
     TransientBackendError,
 )
-from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Stat, Version
-from gradientmail.urls import parse_options, require, split_store_url
+from gradientmail.mailbox import Capability, Version
 
 __all__ = ["CONNECTION_STRING_ENV", "PAGE_SIZE", "WRITE_ID_METADATA", "AzureMailbox"]
 

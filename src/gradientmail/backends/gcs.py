@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, ClassVar
 
+from gradientmail.backends.base import BaseMailbox, Conflict, Stat
+from gradientmail.backends.options import parse_options, require, split_store_url
 from gradientmail.errors import (
     AccessDeniedError,
     BackendError,
@@ -55,8 +57,7 @@ from gradientmail.errors import (
     KeyNotFoundError,
     TransientBackendError,
 )
-from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Stat, Version
-from gradientmail.urls import parse_options, require, split_store_url
+from gradientmail.mailbox import Capability, Version
 
 __all__ = ["PAGE_SIZE", "WRITE_ID_METADATA", "GCSMailbox"]
 

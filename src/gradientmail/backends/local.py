@@ -49,14 +49,15 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from gradientmail.backends.base import BaseMailbox, Conflict, Stat
+from gradientmail.backends.options import parse_bool, parse_options, split_url
 from gradientmail.errors import (
     AccessDeniedError,
     BackendError,
     ConfigurationError,
     KeyNotFoundError,
 )
-from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Stat, Version
-from gradientmail.urls import parse_bool, parse_options, split_url
+from gradientmail.mailbox import Capability, Version
 
 __all__ = ["CHUNK_BYTES", "FileMailbox"]
 

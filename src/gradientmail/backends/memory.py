@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from gradientmail.backends.base import BaseMailbox, Conflict, Stat
+from gradientmail.backends.options import parse_options, split_url
 from gradientmail.errors import ConfigurationError, KeyNotFoundError
-from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Stat, Version
-from gradientmail.urls import parse_options, split_url
+from gradientmail.mailbox import Capability, Version
 
 __all__ = ["PAGE_SIZE", "MemoryMailbox"]
 

@@ -55,6 +55,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from gradientmail.backends.base import BaseMailbox, Conflict, Stat
+from gradientmail.backends.options import parse_options, require, split_store_url
 from gradientmail.errors import (
     AccessDeniedError,
     BackendError,
@@ -67,8 +69,7 @@ from gradientmail.errors import (
     TransientBackendError,
 )
 from gradientmail.keys import validate_key
-from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Stat, Version
-from gradientmail.urls import parse_options, require, split_store_url
+from gradientmail.mailbox import Capability, Version
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client

@@ -31,11 +31,12 @@ import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from gradientmail.backends.base import BaseMailbox, Conflict, Stat
 from gradientmail.backends.local import FileMailbox
 from gradientmail.backends.memory import MemoryMailbox
+from gradientmail.backends.options import parse_options, split_url
 from gradientmail.errors import ConfigurationError
-from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Stat, Version
-from gradientmail.urls import parse_options, split_url
+from gradientmail.mailbox import Capability, Version
 
 __all__ = ["CheckThenWriteMailbox", "IgnorePreconditionsMailbox"]
 

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gradientmail.backends.base import BaseMailbox, Conflict
 from gradientmail.conformance.races import cas_counter, race_put_if_absent
 from gradientmail.errors import (
     GradientMailError,
@@ -31,7 +32,7 @@ from gradientmail.errors import (
     TransientBackendError,
 )
 from gradientmail.keys import MAX_KEY_BYTES
-from gradientmail.mailbox import BaseMailbox, Capability, Conflict, Mailbox, Version
+from gradientmail.mailbox import Capability, Mailbox, Version
 
 __all__ = [
     "PROPERTIES",

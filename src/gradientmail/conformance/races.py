@@ -24,10 +24,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gradientmail.errors import GradientMailError
-from gradientmail.mailbox import Mailbox
+from gradientmail.errors import AtomicityViolationError, GradientMailError
+from gradientmail.mailbox import Capability, Mailbox
 
-__all__ = ["CounterReport", "RaceReport", "cas_counter", "payload_for", "race_put_if_absent"]
+__all__ = [
+    "CounterReport",
+    "RaceReport",
+    "cas_counter",
+    "payload_for",
+    "race_put_if_absent",
+    "race_winners",
+]
 
 Mode = Literal["threads", "processes"]
 
@@ -342,3 +349,21 @@ def cas_counter(
     except GradientMailError:
         final = None
     return CounterReport(workers, increments, final, errors, conflicts=sum(results.values()))
+
+
+def race_winners(box: Mailbox, racers: int, keys: int) -> dict[str, list[str]]:
+    """Race ``racers`` for ``keys`` fresh keys in ``box``; return the keys each racer won.
+
+    Raises:
+        AtomicityViolationError: a key had two winners, none, or holds the wrong bytes.
+    """
+    shared = box.supports(Capability.SHARED_ACROSS_PROCESSES)
+    report = race_put_if_absent(
+        box, racers=racers, keys=keys, mode="processes" if shared else "threads"
+    )
+    if not report.ok:
+        raise AtomicityViolationError(f"the race on {box.url} failed: {report.counterexample()}")
+    wins: dict[str, list[str]] = {name: [] for name in report.racers}
+    for key, (winner,) in report.winners.items():
+        wins[winner].append(key)
+    return wins

@@ -148,21 +148,23 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar, overload
 
+from gradientmail.backends.base import as_bytes
 from gradientmail.errors import (
     ConfigurationError,
     GradientMailError,
     KeyNotFoundError,
     NotSupportedError,
+    PipelineAbortedError,
+    PipelineError,
+    PipelineStalledError,
+    ProducerFailedError,
+    ProducerLostError,
+    ProducerRegistrationError,
 )
-from gradientmail.mailbox import Capability, Mailbox, as_bytes
-from gradientmail.patterns.common import (
-    CarriedError,
-    HandoffBuffer,
-    Latencies,
-    Stats,
-    WorkerError,
-    claim,
-)
+from gradientmail.mailbox import Capability, Mailbox
+from gradientmail.patterns.claims import claim
+from gradientmail.patterns.stats import Latencies, Stats
+from gradientmail.patterns.workers import CarriedError, HandoffBuffer
 
 __all__ = [
     "Consumer",
@@ -186,64 +188,6 @@ Decode = Callable[[Any], Any]
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _SEQ_DIGITS = 12
 _DEFAULT_STALL = 600.0
-
-
-# -- errors ---------------------------------------------------------------------------------
-
-
-class PipelineError(GradientMailError):
-    """Root of the errors a pipeline raises on purpose."""
-
-
-class ProducerRegistrationError(PipelineError, ValueError):
-    """A producer id was not declared, or has already registered (late registration)."""
-
-
-class ProducerFailedError(WorkerError, PipelineError):
-    """A producer failed; raised to consumers after every item that producer put.
-
-    A :class:`~gradientmail.patterns.common.WorkerError`, like a ``shared_queue`` loader's
-    failure: in process the original exception is chained as ``__cause__``; from another
-    process its type, message and traceback arrive as text.
-
-    Attributes:
-        producer: the producer's id.
-        items: how many items the producer put before it failed.
-        summary: the message without the traceback.
-        error_type: the qualified name of the producer's exception.
-        worker_traceback: the producer's traceback, as text.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        producer: str,
-        items: int,
-        error_type: str = "",
-        worker_traceback: str = "",
-    ) -> None:
-        super().__init__(
-            message,
-            worker=f"producer {producer!r}",
-            error_type=error_type,
-            worker_traceback=worker_traceback or "(none: the producer reported no exception)\n",
-        )
-        self.summary = message
-        self.producer = producer
-        self.items = items
-
-
-class ProducerLostError(ProducerFailedError):
-    """A producer process stopped heartbeating for longer than the lease: it is presumed dead."""
-
-
-class PipelineStalledError(PipelineError, TimeoutError):
-    """No progress for ``stall_timeout`` seconds; the message names what was waited on."""
-
-
-class PipelineAbortedError(PipelineError):
-    """The pipeline was aborted or failed, so this producer's items can no longer be used."""
 
 
 # -- statistics -----------------------------------------------------------------------------

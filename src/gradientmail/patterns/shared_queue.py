@@ -65,12 +65,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
-from gradientmail.errors import ConfigurationError, InvalidKeyError, NotSupportedError
-from gradientmail.keys import validate_key
+from gradientmail.errors import ConfigurationError, NotSupportedError
+from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns.common import CarriedError, HandoffBuffer, Latencies, Stats, claim
+from gradientmail.patterns.claims import claim
+from gradientmail.patterns.progress import (
+    MANIFEST_KEY,
+    UNITS_PREFIX,
+    ProgressReporter,
+    active_reporter,
+)
+from gradientmail.patterns.stats import Latencies, Stats
+from gradientmail.patterns.workers import CarriedError, HandoffBuffer
 
 __all__ = [
     "MANIFEST_KEY",
@@ -82,30 +90,8 @@ __all__ = [
     "validate_segment",
 ]
 
-#: Claims live under this prefix: ``units/{identifier}``.
-UNITS_PREFIX = "units/"
-#: ``{"units": total, "created_at": unix seconds}``, created by the first learner to start.
-MANIFEST_KEY = "manifest"
-
 U = TypeVar("U")
 T = TypeVar("T")
-
-
-class ProgressReporter(Protocol):
-    """What the queue tells a progress sink (a :class:`~gradientmail.session.Session`).
-
-    Calls come from the loader thread (``unit_claimed``) and the consumer's thread (the
-    others), so implementations must be thread-safe and cheap (no store calls).
-    """
-
-    def unit_claimed(self, identifier: str) -> None:
-        """The learner created the claim of ``identifier``."""
-
-    def unit_started(self, identifier: str) -> None:
-        """The unit's first item reached the consumer."""
-
-    def unit_finished(self, identifier: str, items: int) -> None:
-        """The consumer asked for the next item after the unit's last (``items`` in all)."""
 
 
 @dataclass
@@ -128,25 +114,6 @@ class QueueStats(Stats):
     listings: int = 0
     #: keys read by those listings.
     listed_keys: int = 0
-
-
-def validate_segment(value: object, what: str) -> str:
-    """Return ``value`` if it can be one key segment, else raise ``InvalidKeyError`` naming it.
-
-    A segment is a non-empty ``str`` without ``/`` that is a valid key on its own (no control
-    characters, not ``.`` or ``..``, at most 1024 bytes in UTF-8).
-    """
-    if not isinstance(value, str):
-        raise InvalidKeyError(value, f"a {what} must be a str, not {type(value).__name__}")
-    if "/" in value:
-        raise InvalidKeyError(
-            value, f"a {what} must be one key segment, without '/'; replace it, e.g. with '-'"
-        )
-    try:
-        validate_key(value)
-    except InvalidKeyError as exc:
-        raise InvalidKeyError(value, f"a {what} must be a valid key segment: {exc.rule}") from None
-    return value
 
 
 # -- the local view of claims -----------------------------------------------------------------
@@ -489,11 +456,7 @@ def shared_queue(
     if not callable(load):
         raise ConfigurationError(f"load must be callable (unit -> iterable of items): {load!r}")
     identifiers = _preference(units, order)
-    reporter = session
-    if reporter is None:
-        from gradientmail.session import active_session
-
-        reporter = active_session(learner_id)
+    reporter = session if session is not None else active_reporter(learner_id)
     queue: SharedQueue[T] = SharedQueue(
         units,
         identifiers,

@@ -1,10 +1,12 @@
-"""The ``gradientmail`` command line.
+"""The ``gradientmail`` command line (also ``python -m gradientmail``).
 
-Each subcommand lives in the module that owns its feature and is imported only when run:
+One module per command in this package, each only argument parsing and printing; the work
+is done by the library module it names:
 
-* ``gradientmail race URL`` — a small multi-process claim race that prints who won what;
-* ``gradientmail conformance URL`` — the conformance suite (``gradientmail.conformance``);
-* ``gradientmail status URL`` — a run's progress (``gradientmail.status``).
+* ``gradientmail race URL``: a small multi-process claim race that prints who won what
+  (:mod:`gradientmail.conformance.races`);
+* ``gradientmail conformance URL``: the conformance suite (:mod:`gradientmail.conformance`);
+* ``gradientmail status URL``: a run's progress (:mod:`gradientmail.status`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,9 @@ from types import ModuleType
 #: subcommand → (module, one-line help). Each module has ``add_arguments(parser)`` and
 #: ``run(args) -> int``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "race": ("gradientmail.race", "race processes to claim keys and print who won what"),
-    "conformance": (
-        "gradientmail.conformance.cli",
-        "check that a store is safe to coordinate on",
-    ),
-    "status": ("gradientmail.status", "show a run's learners, units left and ETA"),
+    "race": ("gradientmail.cli.race", "race processes to claim keys and print who won what"),
+    "conformance": ("gradientmail.cli.conformance", "check that a store is safe to coordinate on"),
+    "status": ("gradientmail.cli.status", "show a run's learners, units left and ETA"),
 }
 
 

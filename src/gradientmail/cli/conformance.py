@@ -1,0 +1,156 @@
+"""``gradientmail conformance URL``: is this store safe to coordinate on?
+
+Runs every property of :mod:`gradientmail.conformance.properties` against the store at
+``URL``, inside a fresh prefix ``URL/conformance-<time>-<random>`` that no one else uses,
+and deletes every key it wrote when done (also on Ctrl-C). Prints one line per property,
+``PASS`` / ``FAIL`` / ``SKIP`` with the summary, counterexample or reason, and a one-line
+verdict last. Exit status: 0 when nothing failed, 1 when a property failed, 2 for a bad URL
+or options.
+
+Options can go in the URL's query string, e.g.
+``gradientmail conformance 's3://bucket/tmp?endpoint_url=http://127.0.0.1:8333'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Callable
+
+from gradientmail.conformance.properties import PROPERTIES, SuiteOptions
+from gradientmail.conformance.runner import Result, delete_all, resolve_seed, run_suite
+from gradientmail.errors import ConfigurationError, GradientMailError
+from gradientmail.mailbox import Mailbox
+from gradientmail.urls import from_url
+
+__all__ = ["add_arguments", "below", "run"]
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``conformance`` options."""
+    parser.add_argument(
+        "url", help="the store to check, e.g. s3://bucket/tmp?endpoint_url=http://127.0.0.1:9000"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer examples and keys: a smoke test (still races)"
+    )
+    parser.add_argument(
+        "--threads", type=_positive, default=16, help="most racing threads per race (default 16)"
+    )
+    parser.add_argument(
+        "--processes",
+        type=_positive,
+        default=4,
+        help="most racing processes per race, each with its own client (default 4)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="replay a run: the seed its report printed"
+    )
+    parser.add_argument(
+        "--race-keys",
+        type=_positive,
+        default=None,
+        help="keys in the strongest race (default 40, 15 with --quick); lower it for slow stores",
+    )
+    parser.add_argument(
+        "--only",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated properties to run (default all): "
+        + ", ".join(p.name for p in PROPERTIES),
+    )
+
+
+def below(url: str, segment: str) -> str:
+    """``url`` with ``segment`` appended to its path, keeping any ``?query`` at the end."""
+    base, sep, query = url.partition("?")
+    if "://" not in base:
+        base = "file://" + os.path.abspath(base)
+    return f"{base.rstrip('/')}/{segment}{sep}{query}"
+
+
+def _selected(only: str | None) -> list[str]:
+    names = [p.name for p in PROPERTIES]
+    if only is None:
+        return names
+    wanted = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in names]
+    if unknown or not wanted:
+        raise ConfigurationError(
+            f"--only names unknown properties {unknown}; properties: {', '.join(names)}"
+        )
+    return wanted
+
+
+def _cleanup(box: Mailbox, segment: str, say: Callable[[str], None]) -> None:
+    try:
+        delete_all(box)
+    except GradientMailError as exc:
+        say(f"warning: could not delete every key under {box.url}: {exc}")
+        return
+    # A local directory the run created (its name is our unique segment) is removed too,
+    # so not even empty directories are left behind.
+    path = box.url.partition("://")[2]
+    if path.startswith("/") and os.path.basename(path) == segment and os.path.isdir(path):
+        close = getattr(box, "close", None)
+        if close is not None:
+            close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the suite and print the report; 0 if nothing failed, 1 if something did."""
+    names = _selected(args.only)
+    options = resolve_seed(
+        SuiteOptions(
+            threads=args.threads,
+            processes=args.processes,
+            seed=args.seed,
+            quick=args.quick,
+            race_keys=args.race_keys,
+        )
+    )
+    segment = f"conformance-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    box = from_url(below(args.url, segment))
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    def show(result: Result) -> None:
+        for line in result.lines():
+            say(line)
+
+    mode = "quick" if options.quick else "full"
+    say(
+        f"gradientmail conformance {box.url} ({mode} run, seed {options.seed}, "
+        f"up to {options.threads} threads and {options.processes} processes per race)"
+    )
+    properties = [p for p in PROPERTIES if p.name in names]
+    try:
+        report = run_suite(box, options, properties=properties, on_result=show)
+    finally:
+        _cleanup(box, segment, say)
+    say(report.verdict())
+    return 0 if report.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``python -m gradientmail.cli.conformance``."""
+    parser = argparse.ArgumentParser(prog="gradientmail conformance", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Claims: take ownership of a key with ``put_if_absent``, and prove it by reading it back.
+
+* :func:`claim` creates the key with a body naming the owner and a token unique to the
+  call, then reads it back. A store that let two claimants win raises
+  :class:`~gradientmail.errors.AtomicityViolationError` instead of silently double-loading.
+* :class:`ClaimRecord` is what a claim key holds, written by :func:`claim_body` and read by
+  :func:`parse_claim` / :func:`read_claim`.
+* :func:`encode_record` / :func:`decode_record` are the one JSON codec for every record the
+  patterns store (claims, leases, progress, manifests).
+
+Both patterns (``shared_queue`` and ``pipeline``) claim through this module.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gradientmail.backends.base import new_write_id
+from gradientmail.errors import AtomicityViolationError, KeyNotFoundError
+from gradientmail.mailbox import Mailbox
+
+__all__ = [
+    "ClaimRecord",
+    "claim",
+    "claim_body",
+    "decode_record",
+    "encode_record",
+    "new_token",
+    "parse_claim",
+    "read_claim",
+    "read_record",
+]
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """A record as compact UTF-8 JSON: the one encoder for every pattern's records."""
+    return json.dumps(record, separators=(",", ":")).encode("utf-8")
+
+
+def decode_record(data: bytes) -> dict[str, Any] | None:
+    """A JSON object record, or ``None`` when ``data`` is not one (never raises)."""
+    try:
+        record = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_record(mailbox: Mailbox, key: str) -> dict[str, Any] | None:
+    """The JSON object stored at ``key``; ``None`` if the key is missing or holds no object."""
+    try:
+        return decode_record(mailbox.get(key))
+    except KeyNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """What a claim key holds: who owns it, a token unique to the claiming call, and when.
+
+    Stored as JSON: ``{"owner": ..., "token": ..., "claimed_at": unix seconds, ...extra}``.
+    """
+
+    owner: str
+    token: str
+    claimed_at: float
+    extra: dict[str, Any]
+
+
+def new_token() -> str:
+    """A fresh 128-bit claim token as 32 hex digits (the same generator as write ids)."""
+    return new_write_id()
+
+
+def claim_body(owner: str, token: str, **extra: Any) -> bytes:
+    """The bytes :func:`claim` writes: JSON naming ``owner``, ``token`` and the time."""
+    body: dict[str, Any] = {"owner": owner, "token": token, "claimed_at": time.time()}
+    body.update(extra)
+    return encode_record(body)
+
+
+def parse_claim(data: bytes) -> ClaimRecord | None:
+    """Parse a claim body; ``None`` when the bytes are not a claim written by :func:`claim`."""
+    body = decode_record(data)
+    if body is None or not isinstance(body.get("owner"), str):
+        return None
+    extra = {k: v for k, v in body.items() if k not in ("owner", "token", "claimed_at")}
+    claimed_at = body.get("claimed_at")
+    return ClaimRecord(
+        owner=body["owner"],
+        token=str(body.get("token", "")),
+        claimed_at=float(claimed_at) if isinstance(claimed_at, (int, float)) else 0.0,
+        extra=extra,
+    )
+
+
+def read_claim(mailbox: Mailbox, key: str) -> ClaimRecord | None:
+    """The claim stored at ``key``, or ``None`` if the key is missing or holds no claim."""
+    try:
+        return parse_claim(mailbox.get(key))
+    except KeyNotFoundError:
+        return None
+
+
+def claim(mailbox: Mailbox, key: str, owner: str, **extra: Any) -> bool:
+    """Take ``key`` for ``owner`` with ``put_if_absent``, then read it back and check.
+
+    Costs one conditional create, plus one read when the create wins. The body records
+    ``owner`` and a token unique to this call (so two claimants that share an owner name are
+    still told apart), the time, and any JSON-serialisable ``extra`` fields.
+
+    Returns:
+        ``True`` when this call owns the key (verified by reading it back), ``False`` when
+        another claimant created it first.
+
+    Raises:
+        AtomicityViolationError: ``put_if_absent`` reported a win but the key holds another
+            claimant's body, or nothing: the store is not atomic, and loading would
+            duplicate work. The message names both owners and how to check the store.
+        BackendError: the store failed (including ``OutcomeUnknownError``); never turned
+            into ``False``.
+    """
+    token = new_token()
+    if not mailbox.put_if_absent(key, claim_body(owner, token, **extra)):
+        return False
+    stored = read_claim(mailbox, key)
+    if stored is None or stored.token != token:
+        other = "nothing readable" if stored is None else f"a claim by {stored.owner!r}"
+        raise AtomicityViolationError(
+            f"claim of {key!r} by {owner!r} was reported as won, but reading it back found "
+            f"{other}: the store let two claimants win (or lost the write), so it is not "
+            f"safe to coordinate on; check it with: gradientmail conformance {mailbox.url}"
+        )
+    return True
