@@ -355,3 +355,53 @@ def test_import_gradientmail_conformance_does_not_import_pytest() -> None:
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     assert out.stdout.strip() == "False"
+
+
+# -- the package's layout ------------------------------------------------------------------------
+
+
+def test_old_import_paths_keep_working() -> None:
+    from gradientmail.conformance.cli import below as old_below
+    from gradientmail.conformance.properties import (
+        BIG,
+        Context,
+        PropertyFailed,
+        check_race_threads,
+        check_stateful_model,
+    )
+
+    assert old_below("memory://x", "s") == "memory://x/s"
+    assert BIG == 6 << 20
+    assert property_named("race-threads").check is check_race_threads
+    assert property_named("stateful-model").check is check_stateful_model
+    assert issubclass(PropertyFailed, AssertionError)
+    assert Context.__module__ == "gradientmail.conformance.context"
+
+
+def test_conformance_package_has_no_import_cycles() -> None:
+    """Module-level and deferred imports alike: no module of the package reaches itself."""
+    import ast
+
+    import gradientmail.conformance as package
+
+    root = Path(package.__file__).parent
+    modules = {
+        ".".join(
+            ("gradientmail", "conformance", *p.relative_to(root).with_suffix("").parts)
+        ).removesuffix(".__init__"): p
+        for p in root.rglob("*.py")
+    }
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        # A package's __init__ re-exporting its own submodules is not a cycle.
+        edges[name] = {t for t in targets if t in modules and not t.startswith(name + ".")}
+        edges[name].discard(name)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or reaches(n, goal, seen | {n}) for n in edges[start] - seen)
+
+    assert [m for m in modules if reaches(m, m, set())] == []

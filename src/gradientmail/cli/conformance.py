@@ -14,17 +14,11 @@ Options can go in the URL's query string, e.g.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import time
-import uuid
-from collections.abc import Callable
 
-from gradientmail.conformance.properties import PROPERTIES, SuiteOptions
-from gradientmail.conformance.runner import Result, delete_all, resolve_seed, run_suite
-from gradientmail.errors import ConfigurationError, GradientMailError
-from gradientmail.mailbox import Mailbox
+from gradientmail.conformance.properties import PROPERTIES, SuiteOptions, select_properties
+from gradientmail.conformance.runner import Result, resolve_seed, run_suite
+from gradientmail.conformance.workspace import below, fresh_segment, remove_workspace
 from gradientmail.urls import from_url
 
 __all__ = ["add_arguments", "below", "run"]
@@ -72,46 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def below(url: str, segment: str) -> str:
-    """``url`` with ``segment`` appended to its path, keeping any ``?query`` at the end."""
-    base, sep, query = url.partition("?")
-    if "://" not in base:
-        base = "file://" + os.path.abspath(base)
-    return f"{base.rstrip('/')}/{segment}{sep}{query}"
-
-
-def _selected(only: str | None) -> list[str]:
-    names = [p.name for p in PROPERTIES]
-    if only is None:
-        return names
-    wanted = [n.strip() for n in only.split(",") if n.strip()]
-    unknown = [n for n in wanted if n not in names]
-    if unknown or not wanted:
-        raise ConfigurationError(
-            f"--only names unknown properties {unknown}; properties: {', '.join(names)}"
-        )
-    return wanted
-
-
-def _cleanup(box: Mailbox, segment: str, say: Callable[[str], None]) -> None:
-    try:
-        delete_all(box)
-    except GradientMailError as exc:
-        say(f"warning: could not delete every key under {box.url}: {exc}")
-        return
-    # A local directory the run created (its name is our unique segment) is removed too,
-    # so not even empty directories are left behind.
-    path = box.url.partition("://")[2]
-    if path.startswith("/") and os.path.basename(path) == segment and os.path.isdir(path):
-        close = getattr(box, "close", None)
-        if close is not None:
-            close()
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the suite and print the report; 0 if nothing failed, 1 if something did."""
-    names = _selected(args.only)
+    properties = select_properties(args.only)
     options = resolve_seed(
         SuiteOptions(
             threads=args.threads,
@@ -121,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             race_keys=args.race_keys,
         )
     )
-    segment = f"conformance-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    segment = fresh_segment()
     box = from_url(below(args.url, segment))
 
     def say(line: str) -> None:
@@ -136,11 +93,12 @@ def run(args: argparse.Namespace) -> int:
         f"gradientmail conformance {box.url} ({mode} run, seed {options.seed}, "
         f"up to {options.threads} threads and {options.processes} processes per race)"
     )
-    properties = [p for p in PROPERTIES if p.name in names]
     try:
         report = run_suite(box, options, properties=properties, on_result=show)
     finally:
-        _cleanup(box, segment, say)
+        warning = remove_workspace(box, segment)
+        if warning is not None:
+            say(warning)
     say(report.verdict())
     return 0 if report.ok else 1
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gradientmail.conformance.properties import (
-    PROPERTIES,
+from gradientmail.conformance.context import (
     Property,
     PropertyFailed,
     PropertySkipped,
     SuiteOptions,
 )
+from gradientmail.conformance.properties import PROPERTIES
 from gradientmail.conformance.races import (
     CounterReport,
     RaceReport,

@@ -16,11 +16,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from gradientmail.conformance.properties import (
+from gradientmail.conformance.context import (
     Context,
     PropertyFailed,
-    _failure_text,
-    _hypothesis,
+    failure_text,
+    require_hypothesis,
 )
 from gradientmail.errors import KeyNotFoundError
 from gradientmail.mailbox import Capability, Version
@@ -35,7 +35,7 @@ PREFIXES = ("", "a", "a/", "a/b", "ab", "b", "é")
 
 def run_model(ctx: Context) -> str:
     """Run the state machine against ``ctx.box``; return a summary or raise PropertyFailed."""
-    hypothesis = _hypothesis()
+    hypothesis = require_hypothesis()
     from hypothesis import strategies as st
     from hypothesis.stateful import (
         RuleBasedStateMachine,
@@ -164,6 +164,6 @@ def run_model(ctx: Context) -> str:
     try:
         test()
     except Exception as exc:
-        raise PropertyFailed(_failure_text(exc)) from exc
+        raise PropertyFailed(failure_text(exc)) from exc
     ops = "put_if_absent, put, get, list, delete" + (", CAS" if cas else "")
     return f"{examples} random programs ({steps[0]} steps of {ops}) agree with a dict"

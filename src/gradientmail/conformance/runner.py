@@ -1,6 +1,6 @@
 """Running properties and reporting them: the engine behind both front ends.
 
-:func:`run_property` runs one :class:`~gradientmail.conformance.properties.Property` against
+:func:`run_property` runs one :class:`~gradientmail.conformance.context.Property` against
 a mailbox in a fresh key namespace, turns its outcome into a :class:`Result` (PASS, FAIL
 with a counterexample, or SKIP with the reason) and deletes every key it wrote.
 :func:`run_suite` runs them all and returns a :class:`SuiteReport` whose :meth:`lines
@@ -18,14 +18,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from gradientmail.conformance.properties import (
-    PROPERTIES,
+from gradientmail.conformance.context import (
     Context,
     Property,
     PropertyFailed,
     PropertySkipped,
     SuiteOptions,
 )
+from gradientmail.conformance.properties import PROPERTIES
 from gradientmail.errors import GradientMailError
 from gradientmail.mailbox import Capability, Mailbox
 

@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from gradientmail.conformance.properties import PROPERTIES, Property, SuiteOptions
+from gradientmail.conformance.context import Property, SuiteOptions
+from gradientmail.conformance.properties import PROPERTIES
 from gradientmail.conformance.runner import Outcome, resolve_seed, run_property
 from gradientmail.mailbox import Mailbox
 

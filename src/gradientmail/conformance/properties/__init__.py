@@ -1,0 +1,77 @@
+"""The properties the conformance suite checks: one implementation, two front ends.
+
+Each :class:`~gradientmail.conformance.context.Property` is a function of a
+:class:`~gradientmail.conformance.context.Context`; the framework lives in
+:mod:`gradientmail.conformance.context`. The properties are grouped by what they protect:
+
+* :mod:`.keys`: which keys a store takes, and how it lists them;
+* :mod:`.values`: the bytes written are the bytes read;
+* :mod:`.semantics`: read-after-write, deletes, create-only preconditions,
+  compare-and-swap, lost responses, and the stateful model;
+* :mod:`.concurrency`: single-winner races and CAS counters with real threads and processes.
+
+Both the CLI (``gradientmail conformance URL``) and the pytest base class
+(:class:`gradientmail.conformance.MailboxConformance`) run exactly these functions through
+:func:`gradientmail.conformance.runner.run_property`. A property that needs a capability
+names it in :attr:`Property.requires`; a mailbox that does not declare it gets SKIP with the
+reason, never a silent PASS.
+"""
+
+from __future__ import annotations
+
+from gradientmail.conformance import context
+from gradientmail.conformance.context import *  # noqa: F403 - the framework, re-exported
+from gradientmail.conformance.context import Property
+from gradientmail.conformance.properties import concurrency, keys, semantics, values
+
+# Each group's checks and constants, re-exported: this module held them all before.
+from gradientmail.conformance.properties.concurrency import *  # noqa: F403 - the group's __all__
+from gradientmail.conformance.properties.keys import *  # noqa: F403 - the group's __all__
+from gradientmail.conformance.properties.semantics import *  # noqa: F403 - the group's __all__
+from gradientmail.conformance.properties.values import *  # noqa: F403 - the group's __all__
+from gradientmail.errors import ConfigurationError
+
+__all__ = ["PROPERTIES", "property_named", "select_properties"]
+__all__ += context.__all__
+__all__ += keys.__all__
+__all__ += values.__all__
+__all__ += semantics.__all__
+__all__ += concurrency.__all__
+
+#: Every property, in report order: keys, values, semantics and the model, then races.
+PROPERTIES: tuple[Property, ...] = (
+    *keys.KEY_PROPERTIES,
+    *values.VALUE_PROPERTIES,
+    *semantics.SEMANTIC_PROPERTIES,
+    *concurrency.CONCURRENCY_PROPERTIES,
+)
+
+
+def property_named(name: str) -> Property:
+    """The property called ``name``.
+
+    Raises:
+        KeyError: no property has that name; the message lists them.
+    """
+    for prop in PROPERTIES:
+        if prop.name == name:
+            return prop
+    raise KeyError(f"no property {name!r}; properties: {', '.join(p.name for p in PROPERTIES)}")
+
+
+def select_properties(only: str | None) -> list[Property]:
+    """The properties named in ``only`` (comma-separated), in report order; all for ``None``.
+
+    Raises:
+        ConfigurationError: an unknown name, or none at all; the message lists the names.
+    """
+    if only is None:
+        return list(PROPERTIES)
+    names = [p.name for p in PROPERTIES]
+    wanted = {n.strip() for n in only.split(",") if n.strip()}
+    unknown = sorted(wanted - set(names))
+    if unknown or not wanted:
+        raise ConfigurationError(
+            f"--only names unknown properties {unknown}; properties: {', '.join(names)}"
+        )
+    return [p for p in PROPERTIES if p.name in wanted]

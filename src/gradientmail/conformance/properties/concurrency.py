@@ -1,0 +1,192 @@
+"""Properties that protect atomicity under real concurrency: races and CAS counters.
+
+Only these see a store that checks and then writes: every single call on such a store
+behaves. The race machinery itself is :mod:`gradientmail.conformance.races`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gradientmail.conformance.context import (
+    Context,
+    Property,
+    PropertyFailed,
+    PropertySkipped,
+    require_hypothesis,
+)
+from gradientmail.conformance.races import cas_counter, race_put_if_absent
+from gradientmail.mailbox import Capability
+
+__all__ = [
+    "BIG",
+    "CONCURRENCY_PROPERTIES",
+    "check_cas_counter_processes",
+    "check_cas_counter_threads",
+    "check_race_processes",
+    "check_race_threads",
+]
+
+
+#: The payload of the large-value race: above the 5 MiB at which common S3 servers and
+#: emulators stop holding a body in memory.
+BIG = 6 << 20
+
+
+def _race(ctx: Context, mode: Literal["threads", "processes"]) -> str:
+    hypothesis = require_hypothesis()
+    from hypothesis import strategies as st
+
+    most = ctx.options.threads if mode == "threads" else ctx.options.processes
+    if most < 2:
+        raise PropertySkipped(f"--{mode} {most}: a race needs at least 2 racers")
+    keys_max = ctx.options.keys_per_race
+    generated = 0 if ctx.options.quick else (3 if mode == "threads" else 1)
+    runs: list[str] = []
+    failure: list[str] = []
+
+    def race(racers: int, keys: int, payload: int) -> None:
+        size = "6 MiB" if payload == BIG else f"{payload}-byte"
+        label = f"{racers} {mode} × {keys} keys, {size} values"
+        report = race_put_if_absent(
+            ctx.box,
+            racers=racers,
+            keys=keys,
+            mode=mode,
+            payload_size=payload,
+            prefix=ctx.key(f"race{len(runs)}"),
+            timeout=ctx.options.timeout,
+        )
+        runs.append(f"{racers}×{keys}" + (" (6 MiB values)" if payload == BIG else ""))
+        if not report.ok:
+            failure.append(f"{report.counterexample()} [{label}]")
+            raise AssertionError(failure[-1])
+
+    phases = [hypothesis.Phase.explicit] + ([hypothesis.Phase.generate] if generated else [])
+    test = hypothesis.given(
+        racers=st.integers(2, most),
+        keys=st.integers(1, keys_max),
+        payload=st.sampled_from([0, 1, 64, 4096, 65536]),
+    )(race)
+    # Two fixed races always run first: many keys with small values, then fewer keys with
+    # values large enough that a store buffering the body (to disk, say) between its check
+    # and its write shows the gap: moto, for one, spills bodies over 5 MiB to a file there.
+    test = hypothesis.example(racers=min(most, 8), keys=max(2, keys_max // 3), payload=BIG)(test)
+    test = hypothesis.example(racers=most, keys=keys_max, payload=64)(test)
+    test = hypothesis.settings(
+        max_examples=max(generated, 1),
+        phases=phases,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+        print_blob=False,
+    )(test)
+    test = hypothesis.seed(ctx.seed)(test)
+    try:
+        test()
+    except Exception as exc:
+        if failure:
+            raise PropertyFailed(_smallest_race(ctx, mode, failure[0])) from exc
+        raise
+    shapes = ", ".join(runs)
+    return f"exactly one winner per key, holding its bytes, in {len(runs)} races ({shapes})"
+
+
+def _smallest_race(ctx: Context, mode: Literal["threads", "processes"], first: str) -> str:
+    """Try the smallest possible race (2 racers, 1 key) a few times; report it if it fails.
+
+    Races do not replay deterministically, so hypothesis cannot shrink them; this is the
+    one shrink step worth trying, and the counterexample it gives is the clearest.
+    """
+    for attempt in range(5 if mode == "threads" else 2):
+        report = race_put_if_absent(
+            ctx.box,
+            racers=2,
+            keys=1,
+            mode=mode,
+            prefix=ctx.key(f"minimal{attempt}"),
+            timeout=ctx.options.timeout,
+        )
+        if not report.ok:
+            return f"{report.counterexample()} [2 {mode} × 1 key]\nfirst seen: {first}"
+    return first
+
+
+def check_race_threads(ctx: Context) -> str:
+    """Threads race put_if_absent: exactly one winner per key, and the winner's bytes stored."""
+    return _race(ctx, "threads")
+
+
+def check_race_processes(ctx: Context) -> str:
+    """Processes, each with its own client, race put_if_absent: exactly one winner per key."""
+    return _race(ctx, "processes")
+
+
+def _counter(ctx: Context, mode: Literal["threads", "processes"]) -> str:
+    workers = min(ctx.options.threads, 8) if mode == "threads" else ctx.options.processes
+    if workers < 2:
+        raise PropertySkipped(f"--{mode} {workers}: a CAS race needs at least 2 workers")
+    increments = 5 if ctx.options.quick else 10
+    report = cas_counter(
+        ctx.box,
+        workers=workers,
+        increments=increments,
+        mode=mode,
+        key=ctx.key("counter"),
+        timeout=ctx.options.timeout,
+    )
+    if not report.ok:
+        raise PropertyFailed(
+            f"{report.counterexample()} [{workers} {mode} × {increments} increments]"
+        )
+    return (
+        f"{workers} {mode} × {increments} increments = {report.final} "
+        f"({report.conflicts} lost swaps retried)"
+    )
+
+
+def check_cas_counter_threads(ctx: Context) -> str:
+    """N threads × K compare-and-swap increments end at exactly N×K."""
+    return _counter(ctx, "threads")
+
+
+def check_cas_counter_processes(ctx: Context) -> str:
+    """N processes × K compare-and-swap increments end at exactly N×K."""
+    return _counter(ctx, "processes")
+
+
+_ATOMIC = Capability.ATOMIC_CREATE
+_CAS = Capability.COMPARE_AND_SWAP
+_SHARED = Capability.SHARED_ACROSS_PROCESSES
+
+#: In report order: single-winner races, then CAS counters; threads before processes.
+CONCURRENCY_PROPERTIES: tuple[Property, ...] = (
+    Property(
+        "race-threads",
+        "two threads both winning one key (check-then-write stores)",
+        check_race_threads,
+        (_ATOMIC,),
+        atomicity=True,
+    ),
+    Property(
+        "race-processes",
+        "two processes (own clients) both winning one key",
+        check_race_processes,
+        (_ATOMIC, _SHARED),
+        atomicity=True,
+    ),
+    Property(
+        "cas-counter-threads",
+        "lost updates when threads compare-and-swap one counter",
+        check_cas_counter_threads,
+        (_CAS,),
+        atomicity=True,
+    ),
+    Property(
+        "cas-counter-processes",
+        "lost updates when processes compare-and-swap one counter",
+        check_cas_counter_processes,
+        (_CAS, _SHARED),
+        atomicity=True,
+    ),
+)

@@ -1,0 +1,55 @@
+"""The run's own workspace: a fresh prefix below the user's URL, removed when the run ends.
+
+``gradientmail conformance URL`` never touches keys it did not write: it opens
+:func:`below` ``URL`` a segment from :func:`fresh_segment` that no one else uses, and
+:func:`remove_workspace` deletes every key under it afterwards (and, for a local directory,
+the directory the run created).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+
+from gradientmail.conformance.runner import delete_all
+from gradientmail.errors import GradientMailError
+from gradientmail.mailbox import Mailbox
+
+__all__ = ["below", "fresh_segment", "remove_workspace"]
+
+
+def below(url: str, segment: str) -> str:
+    """``url`` with ``segment`` appended to its path, keeping any ``?query`` at the end.
+
+    A plain path (no ``scheme://``) means a local directory, as in ``from_url``.
+    """
+    base, sep, query = url.partition("?")
+    if "://" not in base:
+        base = "file://" + os.path.abspath(base)
+    return f"{base.rstrip('/')}/{segment}{sep}{query}"
+
+
+def fresh_segment() -> str:
+    """``conformance-<date>-<time>-<random>``: a name no other run uses."""
+    return f"conformance-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def remove_workspace(box: Mailbox, segment: str) -> str | None:
+    """Delete every key in ``box`` (the run's workspace); return a warning, or ``None``.
+
+    A local directory whose name is ``segment`` (the run created it) is removed too, so
+    not even empty directories are left behind.
+    """
+    try:
+        delete_all(box)
+    except GradientMailError as exc:
+        return f"warning: could not delete every key under {box.url}: {exc}"
+    path = box.url.partition("://")[2]
+    if path.startswith("/") and os.path.basename(path) == segment and os.path.isdir(path):
+        close = getattr(box, "close", None)
+        if close is not None:
+            close()
+        shutil.rmtree(path, ignore_errors=True)
+    return None
