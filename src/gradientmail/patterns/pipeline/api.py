@@ -1,0 +1,332 @@
+"""The pipeline API: :class:`Pipeline`, its :class:`Producer` and :class:`Consumer` handles,
+and :class:`Transport`, the interface each transport (in process, over a mailbox) implements.
+
+The guarantees are stated in the package docstring and, with the termination protocol and
+why simpler protocols fail, in ``docs/pipeline.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar, overload
+
+from gradientmail.backends.options import positive
+from gradientmail.errors import (
+    ConfigurationError,
+    InvalidKeyError,
+    PipelineError,
+    ProducerRegistrationError,
+)
+from gradientmail.keys import validate_segment
+from gradientmail.mailbox import Mailbox
+from gradientmail.patterns.pipeline.stats import ConsumerStats, PipelineStats, ProducerStats
+
+__all__ = ["Consumer", "Decode", "Pipeline", "Producer", "Transport", "check_id"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+#: What ``decode=`` is: applied to each item before a consumer returns it.
+Decode = Callable[[Any], Any]
+
+DEFAULT_STALL = 600.0
+
+
+def check_id(value: object, what: str) -> str:
+    """Return ``value`` if it can name a producer or consumer, else raise.
+
+    The rule is gradientmail's one ID rule, :func:`gradientmail.keys.validate_segment` (the
+    id becomes one key segment): any non-empty ``str`` without ``/``, backslash or control
+    characters, other than ``.`` and ``..``.
+
+    Raises:
+        ConfigurationError: naming the id and the rule it breaks, with the
+            :class:`~gradientmail.errors.InvalidKeyError` chained.
+    """
+    try:
+        return validate_segment(value, what)
+    except InvalidKeyError as exc:
+        raise ConfigurationError(f"{what} {value!r} is not a valid id: {exc.rule}") from exc
+
+
+def _check_declared(producers: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(producers, str):
+        raise ConfigurationError(
+            f"producers must be a collection of ids, not the string {producers!r}; "
+            f"write producers=[{producers!r}]"
+        )
+    declared = tuple(check_id(p, "producer id") for p in producers)
+    if not declared:
+        raise ConfigurationError("producers must declare at least one producer id")
+    duplicates = sorted({p for p in declared if declared.count(p) > 1})
+    if duplicates:
+        raise ConfigurationError(f"producer ids must be unique; repeated: {duplicates}")
+    return declared
+
+
+class Producer(ABC, Generic[T]):
+    """One registered producer. Use it as a context manager, or call ``done``/``fail``.
+
+    Leaving the ``with`` block normally calls ``done()``; leaving it through an exception
+    calls ``fail(exc)`` and lets the exception continue in the producer. A handle is used
+    by one thread at a time; give each producing thread its own declared id.
+    """
+
+    def __init__(self, producer_id: str, stats: ProducerStats) -> None:
+        self.id = producer_id
+        self.stats = stats
+        self._finished = False
+
+    @abstractmethod
+    def put(self, item: T) -> None:
+        """Add one item, waiting while the pipeline is full.
+
+        Raises:
+            PipelineAbortedError: the pipeline failed or was aborted, or this producer was
+                declared lost.
+            PipelineStalledError: no room appeared for ``stall_timeout`` seconds.
+            PipelineError: this producer has already finished.
+        """
+
+    @abstractmethod
+    def done(self) -> None:
+        """Mark this producer finished after its last item. Idempotent."""
+
+    @abstractmethod
+    def fail(self, error: BaseException) -> None:
+        """Mark this producer failed: consumers raise ``ProducerFailedError`` after its items."""
+
+    def _check_open(self) -> None:
+        if self._finished:
+            raise PipelineError(
+                f"producer {self.id!r} has already finished; put() after done() or fail() "
+                "would be lost"
+            )
+
+    def __enter__(self) -> Producer[T]:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.done()
+        elif not self._finished:
+            self.fail(exc)
+
+
+class Consumer(ABC, Generic[T]):
+    """One consumer: iterate it to take items until the pipeline ends.
+
+    Iteration stops when every declared producer has finished and every item is taken.
+    It raises ``ProducerFailedError`` (after the failed producer's items),
+    ``PipelineStalledError`` or ``PipelineAbortedError``. Use it as a context manager so
+    that a mailbox consumer's prefetch thread is stopped when you leave early. A handle is
+    iterated by one thread; open one consumer per consuming thread.
+    """
+
+    def __init__(self, consumer_id: str, stats: ConsumerStats) -> None:
+        self.id = consumer_id
+        self.stats = stats
+
+    def __iter__(self) -> Iterator[T]:
+        return self
+
+    @abstractmethod
+    def __next__(self) -> T: ...
+
+    def close(self) -> None:
+        """Stop taking items. Items already claimed by a mailbox consumer are not returned."""
+
+    def __enter__(self) -> Consumer[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Transport(ABC, Generic[T]):
+    """How items travel: what :class:`Pipeline` asks of the in-process and mailbox transports.
+
+    :class:`Pipeline` has already checked the ids it passes (valid, and for ``producer`` one
+    of ``declared``); the transport refuses a second registration of one id.
+    """
+
+    declared: tuple[str, ...]
+
+    @abstractmethod
+    def producer(self, producer_id: str) -> Producer[T]:
+        """Register ``producer_id`` and return its handle (``ProducerRegistrationError`` if
+        it has already registered)."""
+
+    @abstractmethod
+    def consumer(self, consumer_id: str, decode: Decode | None) -> Consumer[Any]:
+        """Open a consumer that applies ``decode`` (if given) to each item."""
+
+    @abstractmethod
+    def abort(self, reason: str) -> None:
+        """Stop the pipeline: every producer and consumer raises ``PipelineAbortedError``."""
+
+
+class Pipeline(Generic[T]):
+    """A producer/consumer pipeline; make one with :meth:`in_process` or :meth:`over_mailbox`."""
+
+    def __init__(self, transport: Transport[T]) -> None:
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._producers: dict[str, ProducerStats] = {}
+        self._consumers: dict[str, ConsumerStats] = {}
+        self._consumer_count = 0
+
+    @classmethod
+    def in_process(
+        cls,
+        producers: Iterable[str],
+        *,
+        capacity: int = 16,
+        stall_timeout: float | None = DEFAULT_STALL,
+    ) -> Pipeline[Any]:
+        """A pipeline between threads of this process; items travel by reference.
+
+        Nothing is copied or serialized, so items may be GPU tensors.
+
+        Args:
+            producers: the ids of every producer that will register (see the package doc).
+            capacity: the most items put and not yet taken; a producer waits beyond it.
+            stall_timeout: seconds a consumer waits for one item, or a producer for room,
+                before raising ``PipelineStalledError``; ``None`` waits forever.
+
+        Raises:
+            ConfigurationError: a bad argument or producer id.
+        """
+        # Imported here: the transports subclass the interfaces above.
+        from gradientmail.patterns.pipeline.in_process import InProcessTransport
+
+        declared = _check_declared(producers)
+        positive(capacity, "capacity", integer=True)
+        positive(stall_timeout, "stall_timeout", allow_none=True)
+        return Pipeline(InProcessTransport(declared, capacity, stall_timeout))
+
+    @classmethod
+    def over_mailbox(
+        cls,
+        mailbox: Mailbox,
+        producers: Iterable[str],
+        *,
+        capacity: int = 16,
+        stall_timeout: float | None = DEFAULT_STALL,
+        prefetch: int = 2,
+        heartbeat_interval: float = 1.0,
+        lease: float = 15.0,
+        poll_interval: float = 0.05,
+    ) -> Pipeline[bytes]:
+        """A pipeline of ``bytes`` through ``mailbox``, across threads, processes and hosts.
+
+        Open one handle per process on the same mailbox URL with the same arguments. Each
+        item is claimed with ``put_if_absent`` and the claim is read back, so each is
+        delivered exactly once.
+
+        Args:
+            mailbox: the run's mailbox; a new run needs a new, empty namespace.
+            producers: the ids of every producer that will register (see the package doc).
+            capacity: the bound on unclaimed items, enforced per producer as
+                ``ceil(capacity / len(producers))`` (see Backpressure in ``docs/pipeline.md``).
+            stall_timeout: see :meth:`in_process`.
+            prefetch: items a consumer claims and reads ahead of its loop.
+            heartbeat_interval: seconds between a producer's heartbeats.
+            lease: seconds of unchanged heartbeat after which a producer is declared lost.
+            poll_interval: the longest pause between polls of the store when idle (polls
+                start at a millisecond and back off to this).
+
+        Raises:
+            ConfigurationError: a bad argument; a producer id too long for this mailbox's
+                keys; or the mailbox already holds a pipeline declared with other producers
+                or capacity.
+            NotSupportedError: the mailbox does not declare ``Capability.ATOMIC_CREATE``,
+                so claims could not make delivery exactly once.
+        """
+        # Imported here: the transports subclass the interfaces above, and in-process users
+        # need not load the mailbox transport.
+        from gradientmail.patterns.pipeline.over_mailbox import MailboxSettings, MailboxTransport
+
+        declared = _check_declared(producers)
+        settings = MailboxSettings(
+            capacity, stall_timeout, prefetch, heartbeat_interval, lease, poll_interval
+        )
+        return Pipeline(MailboxTransport(mailbox, declared, settings))
+
+    @property
+    def producer_ids(self) -> tuple[str, ...]:
+        """The declared producer ids."""
+        return self._transport.declared
+
+    def producer(self, producer_id: str) -> Producer[T]:
+        """Register producer ``producer_id`` and return its handle.
+
+        Raises:
+            ProducerRegistrationError: the id was not declared, or has already registered.
+            ConfigurationError: the id is not a valid id.
+        """
+        check_id(producer_id, "producer id")
+        if producer_id not in self._transport.declared:
+            raise ProducerRegistrationError(
+                f"producer {producer_id!r} was not declared; this pipeline accepts only "
+                f"{list(self._transport.declared)} (late registration is refused, so that "
+                "consumers can know when every producer is done)"
+            )
+        handle = self._transport.producer(producer_id)
+        with self._lock:
+            self._producers[producer_id] = handle.stats
+        return handle
+
+    @overload
+    def consumer(self, consumer_id: str | None = None) -> Consumer[T]: ...
+
+    @overload
+    def consumer(
+        self, consumer_id: str | None = None, *, decode: Callable[[T], U]
+    ) -> Consumer[U]: ...
+
+    def consumer(
+        self, consumer_id: str | None = None, *, decode: Callable[[Any], Any] | None = None
+    ) -> Consumer[Any]:
+        """Open a consumer. Any number may be open, in any threads or processes.
+
+        Args:
+            consumer_id: a name for statistics and claims; defaults to
+                ``{hostname}-{pid}-{n}``.
+            decode: applied to each item before the consumer returns it (bytes to tensors,
+                say). Over a mailbox it runs in the prefetch thread, ahead of the loop, so
+                the loop gets ready items; an error in it reaches the loop as a
+                ``WorkerError`` with the original chained. In process it runs in the
+                consumer's thread, and its errors propagate as they are.
+
+        Raises:
+            ConfigurationError: the id is not a valid id, or ``decode`` is not callable.
+        """
+        with self._lock:
+            self._consumer_count += 1
+            number = self._consumer_count
+        if consumer_id is None:
+            host = socket.gethostname().split(".")[0] or "host"
+            consumer_id = f"{host}-{os.getpid()}-{number}"
+        check_id(consumer_id, "consumer id")
+        if decode is not None and not callable(decode):
+            raise ConfigurationError(f"decode must be callable, not {type(decode).__name__}")
+        handle = self._transport.consumer(consumer_id, decode)
+        with self._lock:
+            self._consumers[consumer_id] = handle.stats
+        return handle
+
+    def abort(self, reason: str = "aborted by the user") -> None:
+        """Stop the pipeline: consumers and producers raise ``PipelineAbortedError``."""
+        self._transport.abort(reason)
+
+    def stats(self) -> PipelineStats:
+        """Counters of the producers and consumers opened through this handle (copies)."""
+        with self._lock:
+            return PipelineStats(
+                producers={k: v.snapshot() for k, v in self._producers.items()},
+                consumers={k: v.snapshot() for k, v in self._consumers.items()},
+            )

@@ -1,0 +1,317 @@
+"""What a pipeline over a mailbox stores, and under which key: one typed record per key.
+
+Mailbox layout (one run per mailbox namespace; a new run uses a new URL)::
+
+    pipeline                    Manifest: the declared producers and capacity (put_if_absent)
+    producers/{id}/registered   Registration: who registered, created once (put_if_absent)
+    producers/{id}/heartbeat    Heartbeat: {beat, produced}, overwritten every heartbeat_interval
+    producers/{id}/end          End: {status: done|failed|lost, count, error}, created once
+    items/{id}/{seq}            the item's bytes, as put (put_if_absent)
+    claims/{id}/{seq}           ItemClaim: the consumer that took the item (claim, read back)
+    aborted                     Aborted: why the pipeline was stopped, if it was
+
+Every record is a JSON object, written by :func:`~gradientmail.patterns.claims.encode_record`
+and read by :func:`~gradientmail.patterns.claims.decode_record`, the one codec of the
+patterns. Reading bytes that are not the record a key should hold raises
+:class:`~gradientmail.errors.PipelineError` naming the key and what is wrong, never a
+``KeyError`` from deep inside a consumer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
+
+from gradientmail.errors import KeyNotFoundError, PipelineError
+from gradientmail.mailbox import Mailbox
+from gradientmail.patterns.claims import decode_record, encode_record
+from gradientmail.patterns.workers import CarriedError
+
+__all__ = [
+    "ABORTED_KEY",
+    "MANIFEST_KEY",
+    "Aborted",
+    "End",
+    "Heartbeat",
+    "ItemClaim",
+    "Manifest",
+    "Record",
+    "Registration",
+    "claim_key",
+    "end_key",
+    "exists",
+    "heartbeat_key",
+    "item_key",
+    "producer_keys",
+    "registered_key",
+]
+
+MANIFEST_KEY = "pipeline"
+ABORTED_KEY = "aborted"
+#: Sequence numbers are zero-padded so that a producer's items list in order.
+SEQ_DIGITS = 12
+
+
+def registered_key(producer: str) -> str:
+    """Where producer ``producer``'s :class:`Registration` lives."""
+    return f"producers/{producer}/registered"
+
+
+def heartbeat_key(producer: str) -> str:
+    """Where producer ``producer``'s :class:`Heartbeat` lives."""
+    return f"producers/{producer}/heartbeat"
+
+
+def end_key(producer: str) -> str:
+    """Where producer ``producer``'s :class:`End` lives."""
+    return f"producers/{producer}/end"
+
+
+def item_key(producer: str, seq: int) -> str:
+    """Where item ``seq`` of ``producer`` lives (its bytes, as put)."""
+    return f"items/{producer}/{seq:0{SEQ_DIGITS}d}"
+
+
+def claim_key(producer: str, seq: int) -> str:
+    """Where the :class:`ItemClaim` of item ``seq`` of ``producer`` lives."""
+    return f"claims/{producer}/{seq:0{SEQ_DIGITS}d}"
+
+
+def producer_keys(producer: str) -> tuple[str, ...]:
+    """One key of each form that names ``producer``, for checking its length up front."""
+    return (
+        registered_key(producer),
+        heartbeat_key(producer),
+        end_key(producer),
+        item_key(producer, 0),
+        claim_key(producer, 0),
+    )
+
+
+def exists(mailbox: Mailbox, key: str) -> bool:
+    """Whether ``key`` exists (a read: the Mailbox API has no cheaper existence check)."""
+    try:
+        mailbox.get(key)
+    except KeyNotFoundError:
+        return False
+    return True
+
+
+_R = TypeVar("_R", bound="Record")
+
+#: The annotations a record's dataclass fields may have, as the checks they imply.
+_KINDS: dict[str, tuple[type[Any], bool]] = {
+    "str": (str, False),
+    "int": (int, False),
+    "float": (float, False),
+    "str | None": (str, True),
+}
+
+
+def _field(fields: dict[str, Any], name: str, kind: type[Any], *, optional: bool = False) -> Any:
+    """``fields[name]`` if it is a ``kind`` (``None`` or missing allowed with ``optional``).
+
+    Raises:
+        ValueError: naming the field, missing or of the wrong type.
+    """
+    value = fields.get(name)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool):
+        ok = kind is bool  # an int in Python, never a count in a record
+    elif kind is float:
+        ok = isinstance(value, (int, float))  # JSON writes a whole float as an int
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        missing = name not in fields
+        raise ValueError(
+            f"field {name!r} is missing" if missing else f"field {name!r} is not a {kind.__name__}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Record:
+    """A frozen dataclass stored as a JSON object: :meth:`to_bytes`, :meth:`from_bytes`.
+
+    By default the JSON fields are the dataclass fields (``None`` left out), each checked
+    against its annotation when read; a record whose JSON differs overrides :meth:`fields`
+    and :meth:`from_fields`.
+    """
+
+    def fields(self) -> dict[str, Any]:
+        """The record as JSON-friendly fields."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: value for name, value in values.items() if value is not None}
+
+    @classmethod
+    def from_fields(cls: type[_R], fields: dict[str, Any]) -> _R:
+        """Rebuild from :meth:`fields`.
+
+        Raises:
+            ValueError: naming a missing or malformed field.
+        """
+        values = {}
+        for f in dataclasses.fields(cls):
+            kind, optional = _KINDS[str(f.type)]
+            values[f.name] = _field(fields, f.name, kind, optional=optional)
+        return cls(**values)
+
+    def to_bytes(self) -> bytes:
+        """The bytes to store."""
+        return encode_record(self.fields())
+
+    @classmethod
+    def from_bytes(cls: type[_R], data: bytes, key: str, where: str = "") -> _R:
+        """Parse the bytes stored at ``key`` (in mailbox ``where``, for the message).
+
+        Raises:
+            PipelineError: the bytes are not this record, naming the key and the problem.
+        """
+        fields = decode_record(data)
+        try:
+            if fields is None:
+                raise ValueError("not a JSON object")
+            return cls.from_fields(fields)
+        except ValueError as exc:
+            place = f"{key!r} in {where}" if where else repr(key)
+            raise PipelineError(
+                f"{place} does not hold a pipeline {cls.__name__} record ({exc}); is this "
+                "mailbox used by something else? Use a new, empty namespace per pipeline run"
+            ) from None
+
+    @classmethod
+    def read(cls: type[_R], mailbox: Mailbox, key: str) -> _R | None:
+        """The record stored at ``key``, or ``None`` if the key does not exist.
+
+        Raises:
+            PipelineError: the key holds something else (see :meth:`from_bytes`).
+        """
+        try:
+            data = mailbox.get(key)
+        except KeyNotFoundError:
+            return None
+        return cls.from_bytes(data, key, mailbox.url)
+
+
+@dataclass(frozen=True)
+class Manifest(Record):
+    """The pipeline's declaration, created by the first handle and checked by the others."""
+
+    KIND: ClassVar[str] = "gradientmail.pipeline"
+
+    producers: tuple[str, ...]
+    capacity: int
+    version: int = 1
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "version": self.version,
+            "producers": list(self.producers),
+            "capacity": self.capacity,
+        }
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> Manifest:
+        if fields.get("kind") != cls.KIND:
+            raise ValueError(f"its kind is {fields.get('kind')!r}, not {cls.KIND!r}")
+        producers = _field(fields, "producers", list)
+        if not all(isinstance(p, str) for p in producers):
+            raise ValueError("field 'producers' is not a list of ids")
+        return cls(
+            tuple(producers), _field(fields, "capacity", int), _field(fields, "version", int)
+        )
+
+
+@dataclass(frozen=True)
+class Registration(Record):
+    """Who registered as a producer: created once, so a second registration is refused."""
+
+    #: The host and process that registered, for the message refusing a second one.
+    host: str
+    pid: int
+    #: Unique to this registration: the producer signs its heartbeats and end with it.
+    token: str
+
+
+@dataclass(frozen=True)
+class Heartbeat(Record):
+    """A producer's heartbeat; any change of its bytes tells consumers the producer lives."""
+
+    token: str
+    #: Counts up with every beat, so that each beat's bytes differ from the last.
+    beat: int
+    #: Items put so far.
+    produced: int
+
+
+EndStatus = Literal["done", "failed", "lost"]
+_STATUSES: tuple[EndStatus, ...] = ("done", "failed", "lost")
+
+
+@dataclass(frozen=True)
+class End(Record):
+    """How a producer ended, and after how many items: the count carries the end.
+
+    ``token`` is the producer's own registration token when it wrote the record itself
+    (``done`` or ``failed``), and ``None`` when a consumer declared it ``lost``; a producer
+    that finds an end record with another token knows it was fenced.
+    """
+
+    status: EndStatus
+    count: int
+    #: Who wrote it: the producer itself, or the consumer that declared it lost.
+    by: str
+    token: str | None
+    #: The producer's exception, for ``failed`` (stored through ``CarriedError.to_record``).
+    error: CarriedError | None = None
+    #: How long the heartbeat was unchanged, for ``lost``.
+    silent_s: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        body = super().fields()
+        body["token"] = self.token  # null for a consumer's ``lost``: never the producer's
+        if self.error is not None:
+            body["error"] = self.error.to_record()
+        if self.silent_s is not None:
+            body["silent_s"] = round(self.silent_s, 3)
+        return body
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> End:
+        status = fields.get("status")
+        if status not in _STATUSES:
+            raise ValueError(f"its status is {status!r}, not one of {list(_STATUSES)}")
+        error = fields.get("error")
+        return cls(
+            status,
+            _field(fields, "count", int),
+            _field(fields, "by", str),
+            _field(fields, "token", str, optional=True),
+            None if error is None else CarriedError.from_record(error),
+            _field(fields, "silent_s", float, optional=True),
+        )
+
+
+@dataclass(frozen=True)
+class Aborted(Record):
+    """Why the pipeline stopped; ``producer`` names the failed producer that stopped it."""
+
+    reason: str
+    producer: str | None = None
+
+
+@dataclass(frozen=True)
+class ItemClaim(Record):
+    """Which consumer took an item: ``owner`` is the consumer id.
+
+    Written by :func:`gradientmail.patterns.claims.claim` (the one claim mechanism, which
+    reads the claim back), so its fields are that function's.
+    """
+
+    owner: str
+    token: str
+    claimed_at: float
