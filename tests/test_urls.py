@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import pickle
 import subprocess
 import sys
@@ -38,6 +40,7 @@ def test_public_names_are_curated() -> None:
             "InvalidDataError",
             "InvalidKeyError",
             "KeyNotFoundError",
+            "LeaseLostError",
             "Mailbox",
             "MissingDependencyError",
             "NotSupportedError",
@@ -218,3 +221,121 @@ def test_missing_extra_names_the_pip_command(
 def test_require_names_the_extra() -> None:
     with pytest.raises(MissingDependencyError, match=r"gradientmail\[s3\]"):
         urls_module.require("gradientmail_no_such_module", "s3")
+
+
+# -- plain paths and file:// URLs ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "exp%2F..%2F..%2Fescaped",
+        "run%41",
+        "a?b",
+        "c#d",
+        "q?fsync=false",
+        "tab\there",
+        "cr\rand\nlf",
+        " spaced ",
+        "café",
+    ],
+)
+def test_a_plain_path_means_exactly_that_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    box = from_url(name)
+    assert box.root == str(tmp_path / name)  # type: ignore[attr-defined]
+    assert os.listdir(tmp_path) == [name]
+    box.put("k", b"v")
+    assert (tmp_path / name / "k.v").is_file()
+
+
+def test_a_nul_in_a_path_or_file_url_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for url in ("a\x00b", f"{tmp_path}/a\x00b", f"file://{tmp_path}/a%00b"):
+        with pytest.raises(ConfigurationError, match="NUL"):
+            from_url(url)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_file_url_is_percent_decoded_exactly_once(tmp_path: Path) -> None:
+    cases = {"run%2541": "run%41", "a%3Fb%23c": "a?b#c", "caf%C3%A9": "café", "sp%20ace": "sp ace"}
+    for encoded, decoded in cases.items():
+        box = from_url(f"file://{tmp_path}/{encoded}")
+        assert box.root == str(tmp_path / decoded)  # type: ignore[attr-defined]
+    assert sorted(os.listdir(tmp_path)) == sorted(cases.values())
+
+
+@pytest.mark.parametrize("char", ["\t", "\r", "\n", "\x01", "\x7f"])
+def test_control_characters_in_a_url_are_refused_not_dropped(tmp_path: Path, char: str) -> None:
+    for url in (
+        f"file://{tmp_path}/a{char}b",
+        f"memory://a{char}b",
+        f"file://{tmp_path}/x?fsync=f{char}alse",
+    ):
+        with pytest.raises(ConfigurationError, match="control character"):
+            from_url(url)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("url", ["memory://[x", "s3://b]/p", "gs://[::1/p", "memory://a\u2100b"])
+def test_urls_the_parser_cannot_split_are_configuration_errors(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="malformed"):
+        from_url(url)
+
+
+@pytest.mark.parametrize("url", [" s3://bucket/x", "1s3://bucket", "c:relative", "s3:bucket"])
+def test_a_scheme_like_but_malformed_start_is_refused_not_taken_as_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match="malformed mailbox URL"):
+        from_url(url)
+    assert not any(tmp_path.iterdir())
+
+
+def _claim_in_child(box: Mailbox) -> tuple[bool, str]:
+    return box.put_if_absent("claim", b"child"), box.root  # type: ignore[attr-defined]
+
+
+def test_a_pickled_file_mailbox_reopens_the_same_directory_in_a_spawned_process(
+    tmp_path: Path,
+) -> None:
+    names = ["run%41", "a?b", "c#d", "pct%2F..%2Fx", "tab\tand space", "caf%C3%A9"]
+    boxes = [from_url(str(tmp_path / name)) for name in names]
+    for box in boxes:
+        assert box.put_if_absent("claim", b"parent")
+    with mp.get_context("spawn").Pool(1) as pool:
+        results = pool.map(_claim_in_child, boxes)
+    for box, (won, root) in zip(boxes, results, strict=True):
+        assert (won, root) == (False, box.root)  # type: ignore[attr-defined]
+    assert sorted(os.listdir(tmp_path)) == sorted(names)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file://alice:s3cr3t@/{tmp}/x",
+        "file://alice:s3cr3t@localhost{tmp}/x",
+        "file://s3cr3t@{tmp}/x",
+    ],
+)
+def test_a_password_in_a_file_url_never_appears_in_errors(tmp_path: Path, url: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        from_url(url.format(tmp=tmp_path))
+    assert "s3cr3t" not in str(info.value)
+    assert "alice" not in str(info.value)
+    assert not any(tmp_path.iterdir())
+
+
+def test_file_mailbox_url_and_repr_carry_no_user_info_host_or_query(tmp_path: Path) -> None:
+    box = from_url(f"file://localhost{tmp_path}/x?fsync=false")
+    assert box.url == f"file://{tmp_path}/x"
+    assert repr(box) == f"<FileMailbox url='file://{tmp_path}/x'>"
+    with pytest.raises(GradientMailError) as info:
+        box.get("missing")
+    assert "localhost" not in str(info.value)
+    assert "fsync" not in str(info.value)

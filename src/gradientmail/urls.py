@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from functools import lru_cache
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gradientmail.backends.options import (
     SplitURL,
+    file_url,
     parse_bool,
     parse_options,
     redact,
@@ -55,6 +57,9 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "gradientmail.backends"
+
+#: What a URL starts with: an RFC 3986 scheme and its ':'.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 #: Built-in schemes and the class behind each, imported only when first used so that
 #: ``import gradientmail`` never imports a cloud SDK.
@@ -124,11 +129,29 @@ def _factory(scheme: str, url: str) -> Factory:
     )
 
 
+def _plain_path_url(path: str) -> str:
+    """The ``file://`` URL of a plain path, taken literally: no decoding, no query."""
+    if "\x00" in path:
+        raise ConfigurationError("a mailbox path must not contain a NUL character")
+    try:
+        absolute = os.path.abspath(path)
+    except OSError as exc:  # a relative path while the working directory is gone
+        raise ConfigurationError(
+            f"cannot resolve the relative path {path!r}: {exc.strerror}; pass an absolute path"
+        ) from None
+    return file_url(absolute)
+
+
 def from_url(url: str, **options: Any) -> Mailbox:
     """Open the mailbox at ``url``.
 
     Args:
         url: ``scheme://location/prefix``, or a plain filesystem path for ``file://``.
+            A string is a URL when its first ``/``-separated part holds a ``:``
+            (``s3://...``, ``file:///...``); it must then be ``scheme://...``. Anything
+            else is a plain path, which means exactly that path: it is not percent-decoded,
+            and ``?``, ``#``, tabs and newlines are part of the name (options go in
+            ``**options``). A ``file://`` URL is percent-decoded once, as RFC 3986 says.
         **options: backend options; they may also be given as URL query parameters.
 
     Returns:
@@ -143,14 +166,15 @@ def from_url(url: str, **options: Any) -> Mailbox:
         url = os.fspath(url)
     if not isinstance(url, str) or not url:
         raise ConfigurationError(f"a mailbox URL must be a non-empty str, not {url!r}")
-    if "://" not in url:
-        if ":" in url.split("/", 1)[0]:
-            raise ConfigurationError(
-                f"malformed mailbox URL {redact(url)!r}: expected scheme://location, "
-                "e.g. file:///data/run1 or s3://bucket/run1"
-            )
-        # A plain path means a local directory.
-        url = "file://" + os.path.abspath(url)
+    head = url.split("/", 1)[0]
+    if ":" not in head:
+        return _factory("file", url)(_plain_path_url(url), **options)
+    if not _SCHEME.fullmatch(head) or not url[len(head) :].startswith("//"):
+        raise ConfigurationError(
+            f"malformed mailbox URL {redact(url)!r}: expected scheme://location, "
+            "e.g. file:///data/run1 or s3://bucket/run1 (for a local path whose first "
+            "part holds ':', write it as ./PATH)"
+        )
     split = split_url(url)
     merged: dict[str, Any] = dict(split.query)
     for name, value in options.items():

@@ -1,7 +1,11 @@
 """``file:///dir``: a mailbox in a local or shared POSIX directory.
 
 URL and options
-    ``file:///abs/dir`` or a plain path. The directory is created if missing.
+    ``file:///abs/dir`` or a plain path. The directory is created if missing. A URL is
+    percent-decoded once (``file:///runs/a%3Fb`` is the directory ``/runs/a?b``); a plain
+    path is taken literally. The mailbox's ``url`` is the percent-encoded form, so a
+    pickled mailbox reopens the same directory whatever its name holds. User info
+    (``file://user:pw@/x``) is refused and never echoed.
     ``fsync`` (bool, default ``true``): fsync each value and its directory before the key
     becomes visible, so a power loss cannot leave a visible key with missing bytes. With
     ``false`` a crash of the *process* still never exposes partial bytes (the value is
@@ -50,7 +54,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from gradientmail.backends.base import BaseMailbox, Conflict, Stat
-from gradientmail.backends.options import parse_bool, parse_options, split_url
+from gradientmail.backends.options import file_url, parse_bool, parse_options, redact, split_url
 from gradientmail.errors import (
     AccessDeniedError,
     BackendError,
@@ -129,7 +133,7 @@ class FileMailbox(BaseMailbox):
 
     def __init__(self, root: str, *, fsync: bool = True) -> None:
         options = {} if fsync else {"fsync": False}
-        super().__init__("file://" + root, options)
+        super().__init__(file_url(root), options)
         self.root = root
         self.fsync = fsync
         self._fds: tuple[int, int, int, int] | None = None  # pid, root, staging, locks
@@ -149,13 +153,19 @@ class FileMailbox(BaseMailbox):
         """Open ``file:///abs/dir``. Raises ``ConfigurationError`` for a bad URL or option."""
         opts = parse_options("file", options, {"fsync": parse_bool}, {"fsync": True})
         split = split_url(url)
+        if "@" in split.netloc:  # never echoed: it may hold a password
+            raise ConfigurationError(
+                "file:// URLs carry no user name or password; use file:///abs/dir"
+            )
         if split.netloc not in ("", "localhost"):
             raise ConfigurationError(
                 f"file:// URLs name a local path, not host {split.netloc!r}: "
                 "use file:///abs/dir (three slashes) or a plain path"
             )
         if not split.path.startswith("/"):
-            raise ConfigurationError(f"file:// URL {url!r} needs an absolute path")
+            raise ConfigurationError(f"file:// URL {redact(url)!r} needs an absolute path")
+        if "\x00" in split.path:
+            raise ConfigurationError("a file:// path must not contain a NUL character (%00)")
         root = os.path.normpath(split.path)
         return cls(root, fsync=opts["fsync"])
 

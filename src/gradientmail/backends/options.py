@@ -1,6 +1,8 @@
 """Taking mailbox URLs apart and checking backend options, for every backend.
 
-* :func:`split_url` and :func:`split_store_url` parse ``scheme://location/path?options``;
+* :func:`split_url` and :func:`split_store_url` parse ``scheme://location/path?options``,
+  and :func:`file_url` writes the ``file://`` URL of a path (percent-encoded, so it
+  round-trips);
 * :func:`parse_options` checks a backend's options against the ones it accepts, and
   :func:`parse_bool`, :func:`positive_float` and :func:`positive` convert them;
 * :func:`redact` is the one way a URL appears in a message: without user info or query;
@@ -17,13 +19,14 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from gradientmail.errors import ConfigurationError, InvalidKeyError, MissingDependencyError
 from gradientmail.keys import validate_key
 
 __all__ = [
     "SplitURL",
+    "file_url",
     "parse_bool",
     "parse_options",
     "positive",
@@ -33,6 +36,13 @@ __all__ = [
     "split_store_url",
     "split_url",
 ]
+
+
+# C0 controls and DEL: never meaningful in a URL (RFC 3986), and urlsplit silently drops tab,
+# CR and LF, which would open a different place than the one written.
+_URL_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# What a path may carry unencoded (RFC 3986 pchar and "/"), besides letters and digits.
+_PATH_SAFE = "/-._~!$&'()*+,;=:@"
 
 
 @dataclass(frozen=True)
@@ -48,20 +58,56 @@ class SplitURL:
 def split_url(url: str) -> SplitURL:
     """Split ``url`` into scheme, location, path and query options.
 
+    The location and path are percent-decoded exactly once, as RFC 3986 says; octets that
+    are not UTF-8 decode to the surrogate escapes :func:`os.fsdecode` uses, so a file name
+    in any encoding round-trips through :func:`file_url`. Control characters (tab, CR, LF,
+    DEL and the other C0 codes) are refused, never silently dropped: in a URL they must be
+    percent-encoded (``%09``).
+
     Raises:
-        ConfigurationError: the URL is not a string, has no scheme, or repeats an option.
+        ConfigurationError: the URL is not a string, holds a control character, cannot be
+            split (e.g. an unbalanced ``[``), has a fragment, or repeats an option.
     """
     if not isinstance(url, str) or not url:
         raise ConfigurationError(f"a mailbox URL must be a non-empty str, not {url!r}")
-    parts = urlsplit(url)
-    if parts.fragment:
-        raise ConfigurationError(f"mailbox URL {redact(url)!r} must not contain a '#fragment'")
+    control = _URL_CONTROL.search(url)
+    if control:
+        raise ConfigurationError(
+            f"malformed mailbox URL {redact(url)!r}: it holds the control character "
+            f"{control.group()!r} at index {control.start()}; percent-encode it "
+            f"(%{ord(control.group()):02X})"
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL", or a netloc that NFKC-normalizes badly
+        raise ConfigurationError(f"malformed mailbox URL {redact(url)!r}: {exc}") from None
+    if "#" in url:  # even an empty fragment: a '#' in a name must be written %23
+        raise ConfigurationError(
+            f"mailbox URL {redact(url)!r} must not contain a '#fragment'; write a '#' that "
+            "belongs to a name as %23"
+        )
     query: dict[str, str] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name in query:
             raise ConfigurationError(f"option {name!r} is given twice in {redact(url)!r}")
         query[name] = value
-    return SplitURL(parts.scheme.lower(), unquote(parts.netloc), unquote(parts.path), query)
+    return SplitURL(
+        parts.scheme.lower(),
+        unquote(parts.netloc, errors="surrogateescape"),
+        unquote(parts.path, errors="surrogateescape"),
+        query,
+    )
+
+
+def file_url(path: str) -> str:
+    """The ``file://`` URL naming exactly the absolute ``path``: the inverse of :func:`split_url`.
+
+    Every character that would mean something else in a URL (``%``, ``?``, ``#``, spaces,
+    control characters, non-ASCII) is percent-encoded, so ``split_url(file_url(p)).path == p``
+    for every absolute path ``p``, including names that are not UTF-8. A mailbox's ``url``
+    is built this way, which is what makes a pickled mailbox reopen the same directory.
+    """
+    return "file://" + quote(path, safe=_PATH_SAFE, errors="surrogateescape")
 
 
 def split_store_url(
