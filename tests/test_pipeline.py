@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gradientmail import ConfigurationError
+from gradientmail import ConfigurationError, InvalidKeyError
 from gradientmail.patterns.pipeline import (
     Pipeline,
     PipelineAbortedError,
@@ -384,3 +384,67 @@ def test_decode_is_applied_to_each_item() -> None:
         out.put(2)
         out.put(3)
     assert list(pipe.consumer(decode=lambda n: n * 10)) == [20, 30]
+
+
+# -- ids and public names -------------------------------------------------------------------
+
+#: Valid under gradientmail's one ID rule (keys.validate_segment); the pipeline's own rule
+#: (ASCII letters, digits, '.', '_', '-', starting with a letter or digit, at most 128
+#: characters) refused each of these before.
+NEWLY_VALID_IDS = ["nœud-1", ".hidden", "_private", "-dash", "with space", "x" * 200]
+#: Invalid under the one rule: a '/', a backslash, control characters, '.', '..', empty.
+INVALID_IDS: list[object] = ["a/b", "a\\b", "tab\there", "nul\x00", ".", "..", "", 7]
+
+
+@pytest.mark.parametrize("name", NEWLY_VALID_IDS)
+def test_ids_follow_the_one_id_rule(name: str) -> None:
+    pipe = Pipeline.in_process([name, "other"], stall_timeout=30)
+    with pipe.producer(name) as out:
+        out.put("item")
+    pipe.producer("other").done()
+    with pipe.consumer(name) as items:
+        assert list(items) == ["item"]
+    assert set(pipe.stats().consumers) == {name}
+
+
+@pytest.mark.parametrize("name", INVALID_IDS)
+def test_an_invalid_id_is_refused_with_the_rule_it_breaks(name: object) -> None:
+    with pytest.raises(ConfigurationError, match="not a valid id") as declared:
+        Pipeline.in_process([name])  # type: ignore[list-item]  # a bad id on purpose
+    assert isinstance(declared.value.__cause__, InvalidKeyError), "the rule is chained"
+    pipe = Pipeline.in_process(["p"])
+    with pytest.raises(ConfigurationError, match="producer id"):
+        pipe.producer(name)  # type: ignore[arg-type]  # a bad id on purpose
+    with pytest.raises(ConfigurationError, match="consumer id"):
+        pipe.consumer(name)  # type: ignore[arg-type]  # a bad id on purpose
+
+
+def test_the_default_consumer_id_is_valid_and_unique_per_handle() -> None:
+    pipe = Pipeline.in_process(["p"])
+    first, second = pipe.consumer(), pipe.consumer()
+    assert first.id != second.id
+    assert set(pipe.stats().consumers) == {first.id, second.id}
+
+
+def test_every_public_name_is_importable_from_the_package() -> None:
+    import gradientmail.errors as errors
+    import gradientmail.patterns.pipeline as pipeline
+
+    assert sorted(pipeline.__all__) == [
+        "Consumer",
+        "ConsumerStats",
+        "Pipeline",
+        "PipelineAbortedError",
+        "PipelineError",
+        "PipelineStalledError",
+        "PipelineStats",
+        "Producer",
+        "ProducerFailedError",
+        "ProducerLostError",
+        "ProducerRegistrationError",
+        "ProducerStats",
+    ]
+    for name in pipeline.__all__:
+        assert getattr(pipeline, name) is not None
+        if name.endswith("Error"):
+            assert getattr(pipeline, name) is getattr(errors, name), "one class, not a copy"

@@ -1,0 +1,146 @@
+"""What the mailbox pipeline tests run: producers and consumers, in threads or processes.
+
+Module-level functions, so that spawned processes can import them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from gradientmail import from_url
+from gradientmail.patterns.pipeline import Pipeline
+
+JOIN = 60.0  # seconds; a thread or process still alive after this is a hang
+#: Quick failure detection for tests: a beat every 0.1 s, lost after 3 s of silence (a margin
+#: for a loaded 2-core machine, where a live heartbeat thread can be late).
+FAST = {"heartbeat_interval": 0.1, "lease": 3.0, "poll_interval": 0.01}
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def payload(producer: str, seq: int) -> bytes:
+    return f"{producer}/{seq}|".encode() + bytes(seq % 251 for _ in range(64))
+
+
+def parse(item: bytes) -> tuple[str, int]:
+    head = item.split(b"|", 1)[0].decode()
+    producer, seq = head.split("/")
+    assert item == payload(producer, int(seq)), "the bytes arrived intact"
+    return producer, int(seq)
+
+
+def open_pipe(url: str, names: list[str], options: dict[str, Any] | None = None, **kw: Any) -> Any:
+    return Pipeline.over_mailbox(from_url(url, **(options or {})), names, **kw)
+
+
+def produce(
+    url: str,
+    names: list[str],
+    name: str,
+    count: int,
+    *,
+    options: dict[str, Any] | None = None,
+    delay: float = 0.0,
+    fail_after: int | None = None,
+    pipe_options: dict[str, Any] | None = None,
+) -> None:
+    """One producer: ``count`` items, ``delay`` seconds of simulated work before each."""
+    pipe = open_pipe(url, names, options, **(pipe_options or {}))
+    with pipe.producer(name) as out:
+        for seq in range(count):
+            if fail_after is not None and seq == fail_after:
+                raise Boom(f"{name} broke at item {seq}")
+            if delay:
+                time.sleep(delay)  # stands in for generating a chunk
+            out.put(payload(name, seq))
+
+
+def consume(
+    url: str,
+    names: list[str],
+    consumer: str,
+    options: dict[str, Any] | None = None,
+    pipe_options: dict[str, Any] | None = None,
+) -> list[tuple[str, int]]:
+    pipe = open_pipe(url, names, options, **(pipe_options or {}))
+    with pipe.consumer(consumer) as items:
+        return [parse(item) for item in items]
+
+
+def drain(
+    pipe: Pipeline[bytes],
+    got: list[tuple[str, int]],
+    on_item: Callable[[list[tuple[str, int]]], None] = lambda got: None,
+) -> None:
+    """Consume into ``got``, so that what arrived before an error can be checked."""
+    with pipe.consumer("c") as items:
+        for item in items:
+            got.append(parse(item))
+            on_item(got)
+
+
+def consume_to_queue(url: str, names: list[str], consumer: str, out: Any) -> None:
+    try:
+        out.put((consumer, consume(url, names, consumer), None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the test as text
+        out.put((consumer, [], f"{type(exc).__name__}: {exc}"))
+
+
+def produce_and_report(url: str, names: list[str], name: str, count: int, out: Any) -> None:
+    try:
+        produce(url, names, name, count, delay=0.02, pipe_options={"stall_timeout": 30, **FAST})
+        out.put(None)
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def spawn(target: Any, *args: Any, **kwargs: Any) -> mp.process.BaseProcess:
+    process = mp.get_context("spawn").Process(target=target, args=args, kwargs=kwargs)
+    process.start()
+    return process
+
+
+def reap(processes: list[mp.process.BaseProcess]) -> None:
+    for process in processes:
+        process.join(JOIN)
+    alive = [p.name for p in processes if p.is_alive()]
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
+    assert not alive, f"processes still running (a hang): {alive}"
+
+
+def run_threads(*targets: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> list[BaseException]:
+    """Run ``(function, args, kwargs)`` each in its own thread; return what they raised."""
+    errors: list[BaseException] = []
+
+    def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=t) for t in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(JOIN)
+    assert not [t for t in threads if t.is_alive()], "a thread hung"
+    return errors
+
+
+def assert_exactly_once(taken: list[tuple[str, int]], counts: dict[str, int]) -> None:
+    duplicates = [item for item, n in Counter(taken).items() if n > 1]
+    assert not duplicates, f"delivered twice: {duplicates[:5]}"
+    expected = {(p, s) for p, n in counts.items() for s in range(n)}
+    missing = expected - set(taken)
+    assert not missing, f"lost: {sorted(missing)[:5]} ({len(missing)} in all)"
+    assert set(taken) == expected
