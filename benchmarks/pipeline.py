@@ -12,6 +12,9 @@ Case 1: five targets at different rates feed three drafters between threads. Pri
 drafters' utilisation (busy time over drafters × wall) with one shared in-process pipeline
 and with round robin (target i → drafter i % 3), both in this run, and their ratio.
 
+The runs are examples/pipeline_processes.py and examples/pipeline_threads.py, measured by
+examples/pipeline_harness.py (which also holds the round-robin design).
+
 Usage: python benchmarks/pipeline.py [--batches 128] [--producers 15] [--dir DIR]
 """
 
@@ -27,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
+import pipeline_harness as harness
 import pipeline_processes as case2
 import pipeline_threads as case1
 
@@ -38,7 +42,7 @@ def bench_case2(args: argparse.Namespace) -> bool:
             batches=args.batches,
             url=f"file://{tmp}/run-{uuid.uuid4().hex[:8]}",
         )
-        result = case2.run(config)
+        result = harness.measure(config)
     mean = statistics.mean(result.steady_waits)
     ratio = result.wall / result.ideal
     print(f"case 2: {config.producers} generator processes → 1 trainer, {result.batches} batches")
@@ -61,8 +65,8 @@ def bench_case2(args: argparse.Namespace) -> bool:
 
 def bench_case1(args: argparse.Namespace) -> None:
     items = case1.items_for(args.case1_seconds)
-    round_robin = case1.run_round_robin(items, args.capacity)
-    shared = case1.run_shared(items, args.capacity)
+    round_robin = harness.run_round_robin(items, args.capacity)
+    shared = harness.run_shared(items, args.capacity)
     print(f"case 1: 5 targets → 3 drafters, {sum(items.values())} hidden states, threads")
     for report in (round_robin, shared):
         per = ", ".join(f"{d.items}" for d in report.drafters.values())
