@@ -127,7 +127,9 @@ def _field(fields: dict[str, Any], name: str, kind: type[Any], *, optional: bool
     if not ok:
         missing = name not in fields
         raise ValueError(
-            f"field {name!r} is missing" if missing else f"field {name!r} is not a {kind.__name__}"
+            f"field {name!r} is missing"
+            if missing
+            else f"field {name!r} is not of type {kind.__name__}"
         )
     return value
 
