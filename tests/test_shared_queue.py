@@ -11,7 +11,7 @@ import multiprocessing as mp
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -190,6 +190,7 @@ class SimClock:
         self._cv = threading.Condition()
         self._running = participants
         self._sleepers: dict[str, float] = {}
+        self._left: set[str] = set()
 
     def _advance(self) -> None:
         if self._running == 0 and self._sleepers:
@@ -207,10 +208,34 @@ class SimClock:
             self._advance()
             assert self._cv.wait_for(lambda: name not in self._sleepers, timeout=60)
 
-    def leave(self) -> None:
+    def leave(self, name: str) -> None:
+        """``name`` takes no further part: time no longer waits for it (idempotent)."""
         with self._cv:
+            if name in self._left:
+                return
+            self._left.add(name)
             self._running -= 1
             self._advance()
+
+
+class IdleAfterClaims(DelegatingMailbox):
+    """Tells the clock a learner is idle once it lists completions after its first scan.
+
+    A learner lists ``done/`` once when it starts and again only when no unit is free and
+    it waits for the others to finish: from then on it loads nothing in this test.
+    """
+
+    def __init__(self, inner: Mailbox, on_idle: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.scans = 0
+        self.on_idle = on_idle
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        if prefix == "done/":
+            self.scans += 1
+            if self.scans > 1:
+                self.on_idle()
+        return self.inner.list(prefix)
 
 
 def test_balance_fast_learner_takes_most_units_and_all_finish_together(race_box: Mailbox) -> None:
@@ -220,6 +245,8 @@ def test_balance_fast_learner_takes_most_units_and_all_finish_together(race_box:
     spans: dict[str, list[tuple[int, float, float]]] = {name: [] for name in costs}
 
     def learner(name: str) -> None:
+        box = IdleAfterClaims(race_box, lambda: clock.leave(name))
+
         def load(unit: int) -> Iterator[int]:
             start = clock.now
             clock.sleep(name, costs[name])
@@ -227,11 +254,13 @@ def test_balance_fast_learner_takes_most_units_and_all_finish_together(race_box:
             yield unit
 
         try:
-            with shared_queue(units, mailbox=race_box, learner_id=name, load=load, prefetch=1) as q:
+            with shared_queue(
+                units, mailbox=box, learner_id=name, load=load, prefetch=1, lease=0.6
+            ) as q:
                 for _ in q:
                     pass
         finally:
-            clock.leave()
+            clock.leave(name)
 
     threads = [threading.Thread(target=learner, args=(name,)) for name in costs]
     for thread in threads:

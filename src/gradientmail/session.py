@@ -35,15 +35,17 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from types import TracebackType
 from typing import Any
 
 from gradientmail.errors import BackendError, ConfigurationError
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns.claims import encode_record
+from gradientmail.patterns.claims import encode_record, read_record
 from gradientmail.patterns.progress import (
     LEARNERS_PREFIX,
+    active_queues,
     active_reporter,
     pop_reporter,
     push_reporter,
@@ -88,7 +90,7 @@ class Session:
         self.samples = 0
         self.publish_error: BaseException | None = None
         self._lock = threading.Lock()  # guards units and the published snapshot
-        self._units: dict[str, list[Any]] = {}  # id → [claimed, started, finished, items]
+        self._units: dict[str, list[Any]] = {}  # id → [claimed, started, finished, items, reclaimed]
         self._units_finished = 0
         self._state = "new"
         self._error: str | None = None
@@ -109,21 +111,31 @@ class Session:
 
     # -- reports from shared_queue (ProgressReporter) ---------------------------------------
 
-    def unit_claimed(self, identifier: str) -> None:
-        """Record that this learner claimed ``identifier`` (called by ``shared_queue``)."""
+    def unit_claimed(self, identifier: str, reclaimed: bool = False) -> None:
+        """Record that this learner claimed ``identifier`` (called by ``shared_queue``).
+
+        ``reclaimed`` marks a unit taken over from a learner that died or left.
+        """
         with self._lock:
-            self._units[identifier] = [time.time(), None, None, 0]
+            self._units[identifier] = [time.time(), None, None, 0, reclaimed]
+
+    def unit_released(self, identifier: str) -> None:
+        """Record that this learner gave ``identifier`` back unfinished (it left early)."""
+        with self._lock:
+            entry = self._units.get(identifier)
+            if entry is not None and entry[2] is None:
+                del self._units[identifier]
 
     def unit_started(self, identifier: str) -> None:
         """Record that the unit's first item reached the training loop."""
         with self._lock:
-            entry = self._units.setdefault(identifier, [None, None, None, 0])
+            entry = self._units.setdefault(identifier, [None, None, None, 0, False])
             entry[1] = time.time()
 
     def unit_finished(self, identifier: str, items: int) -> None:
         """Record that the training loop took every item of the unit."""
         with self._lock:
-            entry = self._units.setdefault(identifier, [None, None, None, 0])
+            entry = self._units.setdefault(identifier, [None, None, None, 0, False])
             if entry[2] is None:
                 self._units_finished += 1
             entry[2] = time.time()
@@ -154,7 +166,7 @@ class Session:
             rate = RATE_SMOOTHING * instant + (1 - RATE_SMOOTHING) * self._rate
         self._rate, self._rate_mark = rate, (now, samples)
         with self._lock:
-            units = [[ident, *entry[:3]] for ident, entry in self._units.items()]
+            units = [[ident, *entry[:3], entry[4]] for ident, entry in self._units.items()]
             finished = self._units_finished
         return {
             "learner": self.learner_id,
@@ -211,7 +223,10 @@ class Session:
             raise ConfigurationError(
                 f"session {self.learner_id!r} was already entered; use one Session per run"
             )
+        self._warn_if_queue_runs()
+        self._resume()
         self._started_at = time.time()
+        self._rate_mark = (time.monotonic(), self.samples)
         self._state = "running"
         self.publish()
         push_reporter(self)
@@ -222,6 +237,42 @@ class Session:
         )
         self._publisher.start()
         return self
+
+    def _warn_if_queue_runs(self) -> None:
+        queues = active_queues()
+        if queues:
+            warnings.warn(
+                f"Session {self.learner_id!r} was entered while a shared_queue for "
+                f"{queues[-1]!r} already runs in this thread: that queue does not report to "
+                "this session, so its units are not recorded; enter the Session first "
+                "(with session, shared_queue(...) as batches:) with the same learner id",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def _resume(self) -> None:
+        """Carry on from this learner's earlier record (a restart with the same id).
+
+        Its finished units, steps and samples are kept, so a restart never makes the run's
+        progress go backwards. Unfinished units of the earlier incarnation are dropped: the
+        queue takes them back and reports them again.
+        """
+        try:
+            prior = read_record(self.mailbox, self.key)
+        except BackendError:
+            prior = None
+        if not prior:
+            return
+        for entry in prior.get("units") or []:
+            if isinstance(entry, list) and len(entry) >= 4 and entry[3] is not None:
+                ident, claimed, started, finished = entry[:4]
+                reclaimed = bool(entry[4]) if len(entry) > 4 else False
+                self._units[str(ident)] = [claimed, started, finished, 0, reclaimed]
+                self._units_finished += 1
+        for name in ("steps", "samples"):
+            value = prior.get(name)
+            if isinstance(value, int) and value > 0:
+                setattr(self, name, getattr(self, name) + value)
 
     def __exit__(
         self,

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradientmail.backends.base import new_write_id
-from gradientmail.errors import AtomicityViolationError, KeyNotFoundError
-from gradientmail.mailbox import Mailbox
+from gradientmail.errors import AtomicityViolationError, KeyNotFoundError, OutcomeUnknownError
+from gradientmail.mailbox import Capability, Mailbox, Version
 
 __all__ = [
     "ClaimRecord",
     "claim",
     "claim_body",
+    "claim_versioned",
     "decode_record",
     "encode_record",
     "new_token",
@@ -105,12 +106,68 @@ def read_claim(mailbox: Mailbox, key: str) -> ClaimRecord | None:
         return None
 
 
+def claim_versioned(
+    mailbox: Mailbox, key: str, owner: str, **extra: Any
+) -> tuple[ClaimRecord, Version | None] | None:
+    """Like :func:`claim`, and also return the claim's record and version when won.
+
+    The version (``None`` on a mailbox without compare-and-swap) lets the owner later
+    change the claim only if nobody else has (``put_if_match``): complete it, release it.
+    The read-back is ``get_versioned`` where supported, so it costs no extra request.
+
+    Returns:
+        ``(record, version)`` when this call owns the key, ``None`` when another claimant
+        created it first.
+
+    Raises:
+        AtomicityViolationError: the store reported a win but holds another claim.
+        BackendError: the store failed.
+    """
+    token = new_token()
+    try:
+        won = mailbox.put_if_absent(key, claim_body(owner, token, **extra))
+    except OutcomeUnknownError:
+        # The create may or may not have landed; the token we wrote decides it. Claim keys
+        # are only ever written by claimants, so a foreign token means another claim won.
+        stored = _read_versioned(mailbox, key)
+        if stored is not None and stored[0].token == token:
+            return stored
+        if stored is None:
+            raise
+        return None
+    if not won:
+        return None
+    stored = _read_versioned(mailbox, key)
+    if stored is None or stored[0].token != token:
+        other = "nothing readable" if stored is None else f"a claim by {stored[0].owner!r}"
+        raise AtomicityViolationError(
+            f"claim of {key!r} by {owner!r} was reported as won, but reading it back found "
+            f"{other}: the store let two claimants win (or lost the write), so it is not "
+            f"safe to coordinate on; check it with: gradientmail conformance {mailbox.url}"
+        )
+    return stored
+
+
+def _read_versioned(mailbox: Mailbox, key: str) -> tuple[ClaimRecord, Version | None] | None:
+    try:
+        if mailbox.supports(Capability.COMPARE_AND_SWAP):
+            data, version = mailbox.get_versioned(key)
+        else:
+            data, version = mailbox.get(key), None
+    except KeyNotFoundError:
+        return None
+    record = parse_claim(data)
+    return None if record is None else (record, version)
+
+
 def claim(mailbox: Mailbox, key: str, owner: str, **extra: Any) -> bool:
     """Take ``key`` for ``owner`` with ``put_if_absent``, then read it back and check.
 
     Costs one conditional create, plus one read when the create wins. The body records
     ``owner`` and a token unique to this call (so two claimants that share an owner name are
-    still told apart), the time, and any JSON-serialisable ``extra`` fields.
+    still told apart), the time, and any JSON-serialisable ``extra`` fields. A create whose
+    outcome the store could not report (``OutcomeUnknownError``) is decided by reading the
+    claim back: our token means we won.
 
     Returns:
         ``True`` when this call owns the key (verified by reading it back), ``False`` when
@@ -120,18 +177,6 @@ def claim(mailbox: Mailbox, key: str, owner: str, **extra: Any) -> bool:
         AtomicityViolationError: ``put_if_absent`` reported a win but the key holds another
             claimant's body, or nothing: the store is not atomic, and loading would
             duplicate work. The message names both owners and how to check the store.
-        BackendError: the store failed (including ``OutcomeUnknownError``); never turned
-            into ``False``.
+        BackendError: the store failed; never turned into ``False``.
     """
-    token = new_token()
-    if not mailbox.put_if_absent(key, claim_body(owner, token, **extra)):
-        return False
-    stored = read_claim(mailbox, key)
-    if stored is None or stored.token != token:
-        other = "nothing readable" if stored is None else f"a claim by {stored.owner!r}"
-        raise AtomicityViolationError(
-            f"claim of {key!r} by {owner!r} was reported as won, but reading it back found "
-            f"{other}: the store let two claimants win (or lost the write), so it is not "
-            f"safe to coordinate on; check it with: gradientmail conformance {mailbox.url}"
-        )
-    return True
+    return claim_versioned(mailbox, key, owner, **extra) is not None

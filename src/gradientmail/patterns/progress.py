@@ -4,12 +4,29 @@ Run layout: every key a ``shared_queue`` run writes is named here, and nowhere e
 ``gradientmail status`` and the queue read the same keys.
 
 ``manifest``
-    ``{"units": total, "digest": ..., "created_at": unix seconds, ...}``, created with
-    ``put_if_absent`` by the first learner to start.
+    ``{"units": total, "digest": sha256 of the sorted identifiers, "created_at": unix
+    seconds}``, created with ``put_if_absent`` by the first learner to start. A learner
+    whose mapping has another digest is refused, so runs are never mixed.
+``manifest-units``
+    The sorted identifiers as a JSON list, read only to name the first difference when a
+    mapping does not match.
 ``units/{identifier}``
-    One claim per unit taken (see :mod:`gradientmail.patterns.claims`).
+    One claim per unit taken: ``{"owner", "token", "claimed_at", "incarnation", "state":
+    "claimed" | "done" | "released", "previous": [former owners]}`` (see
+    :mod:`gradientmail.patterns.claims`). Taking over, completing and releasing are
+    compare-and-swap writes on this key.
+``done/{identifier}``
+    The unit's completion record, created once (``put_if_absent``) after its claim moved to
+    ``done``. Resume and status count these keys by listing, never by reading claims.
+``reclaimed/{identifier}``
+    Created when a unit was taken over from a learner that died or left, for status.
+``leases/{learner_id}``
+    The learner's lease (:mod:`gradientmail.patterns.leases`).
 ``learners/{learner_id}``
     A :class:`~gradientmail.session.Session`'s progress record.
+``epochs/{k}/units/``, ``epochs/{k}/done/``, ``epochs/{k}/reclaimed/``
+    The same for epoch ``k`` >= 1; epoch 0 uses the keys above. Manifest, leases and
+    progress records are shared by all epochs.
 
 The *active-reporter stack*: a ``Session`` entered in a thread pushes itself, and a queue
 started in the same thread with the same learner id reports to it, which makes
@@ -18,17 +35,35 @@ started in the same thread with the same learner id reports to it, which makes
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
+from gradientmail.errors import ConfigurationError
+from gradientmail.mailbox import Mailbox
+from gradientmail.patterns.claims import encode_record, read_record
+
 __all__ = [
+    "EPOCHS_PREFIX",
     "LEARNERS_PREFIX",
+    "LEASES_PREFIX",
     "MANIFEST_KEY",
+    "MANIFEST_UNITS_KEY",
     "UNITS_PREFIX",
     "ProgressReporter",
+    "RunLayout",
+    "active_queues",
     "active_reporter",
+    "any_active_reporter",
+    "check_manifest",
     "pop_reporter",
     "push_reporter",
+    "queue_entered",
+    "queue_left",
 ]
 
 #: ``{"units": total, ...}``, created by the first learner to start.
@@ -37,6 +72,96 @@ MANIFEST_KEY = "manifest"
 UNITS_PREFIX = "units/"
 #: Progress records live under this prefix: ``learners/{learner_id}``.
 LEARNERS_PREFIX = "learners/"
+#: Leases live under this prefix: ``leases/{learner_id}``.
+LEASES_PREFIX = "leases/"
+#: The sorted unit identifiers, for naming a mismatch.
+MANIFEST_UNITS_KEY = "manifest-units"
+#: Epochs after the first live under ``epochs/{k}/``.
+EPOCHS_PREFIX = "epochs/"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The keys of one epoch of a run: claims, completions and takeovers."""
+
+    epoch: int = 0
+
+    @property
+    def base(self) -> str:
+        """``""`` for epoch 0, ``epochs/{k}/`` after it."""
+        return "" if self.epoch == 0 else f"{EPOCHS_PREFIX}{self.epoch}/"
+
+    @property
+    def units(self) -> str:
+        """The claims' prefix."""
+        return self.base + UNITS_PREFIX
+
+    @property
+    def done(self) -> str:
+        """The completion records' prefix."""
+        return self.base + "done/"
+
+    @property
+    def reclaimed(self) -> str:
+        """The takeover markers' prefix."""
+        return self.base + "reclaimed/"
+
+
+def digest_of(identifiers: Iterable[str]) -> str:
+    """The manifest digest: SHA-256 over the sorted identifiers, one per line."""
+    h = hashlib.sha256()
+    for ident in sorted(identifiers):
+        h.update(ident.encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
+    """Create the run's manifest, or check that ``identifiers`` match the stored one.
+
+    Returns:
+        ``True`` when this call created the manifest (a new run), ``False`` when it
+        matched an existing one (a resumed run, or another learner was first).
+
+    Raises:
+        ConfigurationError: the run at this mailbox has other units; the message names the
+            counts and the first identifier (in sorted order) that differs.
+    """
+    digest = digest_of(identifiers)
+    ordered = sorted(identifiers)
+    # The list first: whoever reads the manifest can then always read the list.
+    mailbox.put_if_absent(MANIFEST_UNITS_KEY, json.dumps(ordered).encode("utf-8"))
+    body = {"units": len(identifiers), "digest": digest, "created_at": time.time()}
+    if mailbox.put_if_absent(MANIFEST_KEY, encode_record(body)):
+        return True
+    stored = read_record(mailbox, MANIFEST_KEY) or {}
+    if stored.get("digest") == digest:
+        return False
+    if "digest" not in stored:
+        raise ConfigurationError(
+            f"{mailbox.url} holds a run written without a unit digest "
+            f"(manifest {stored}); start this run under a new prefix"
+        )
+    theirs: list[str] = []
+    try:
+        loaded = json.loads(mailbox.get(MANIFEST_UNITS_KEY))
+        theirs = [str(x) for x in loaded] if isinstance(loaded, list) else []
+    except (LookupError, ValueError):
+        pass
+    first = next(
+        (f"{a!r} here, {b!r} in the run" for a, b in zip(ordered, theirs, strict=False) if a != b),
+        None,
+    )
+    if first is None and len(ordered) != len(theirs):
+        shorter, longer = (ordered, theirs) if len(ordered) < len(theirs) else (theirs, ordered)
+        extra = longer[len(shorter)] if len(longer) > len(shorter) else "?"
+        first = f"{extra!r} is only in {'the run' if longer is theirs else 'this mapping'}"
+    raise ConfigurationError(
+        f"the run at {mailbox.url} has {stored.get('units')} units and this learner was given "
+        f"{len(identifiers)} with a different set of identifiers (first difference: {first}); "
+        "every learner must pass the same units mapping. To start a different job, use a new "
+        "prefix in the URL"
+    )
 
 
 class ProgressReporter(Protocol):
@@ -51,8 +176,11 @@ class ProgressReporter(Protocol):
         """The learner this sink reports for."""
         ...
 
-    def unit_claimed(self, identifier: str) -> None:
-        """The learner created the claim of ``identifier``."""
+    def unit_claimed(self, identifier: str, reclaimed: bool = False) -> None:
+        """The learner claimed ``identifier`` (``reclaimed``: took it over from another)."""
+
+    def unit_released(self, identifier: str) -> None:
+        """The learner gave ``identifier`` back unfinished (it left early)."""
 
     def unit_started(self, identifier: str) -> None:
         """The unit's first item reached the consumer."""
@@ -76,6 +204,31 @@ def pop_reporter(reporter: ProgressReporter) -> None:
     stack: list[ProgressReporter] = getattr(_active, "stack", [])
     if reporter in stack:
         stack.remove(reporter)
+
+
+def any_active_reporter() -> ProgressReporter | None:
+    """The innermost reporter entered in this thread, whatever its learner id."""
+    stack: list[ProgressReporter] = getattr(_active, "stack", [])
+    return stack[-1] if stack else None
+
+
+def queue_entered(learner_id: str) -> None:
+    """Note that a queue for ``learner_id`` runs in this thread (for identity warnings)."""
+    queues: list[str] = getattr(_active, "queues", None) or []
+    queues.append(learner_id)
+    _active.queues = queues
+
+
+def queue_left(learner_id: str) -> None:
+    """Undo :func:`queue_entered`."""
+    queues: list[str] = getattr(_active, "queues", [])
+    if learner_id in queues:
+        queues.remove(learner_id)
+
+
+def active_queues() -> tuple[str, ...]:
+    """Learner ids of the queues running in this thread, outermost first."""
+    return tuple(getattr(_active, "queues", ()))
 
 
 def active_reporter(learner_id: str) -> ProgressReporter | None:

@@ -1,4 +1,4 @@
-"""``shared_queue``: learners of unequal speed share one fixed list of units, each exactly once.
+"""``shared_queue``: learners of unequal speed share one fixed set of units, each done once.
 
 Every learner runs the same loop over the same ``units`` mapping::
 
@@ -12,75 +12,110 @@ A learner owns a unit once it has created ``units/{identifier}`` with ``put_if_a
 a fast learner simply claims more units, and no learner needs to know another's speed.
 
 Guarantees
-    * **Exactly once.** A unit is loaded only by the learner whose ``put_if_absent`` created
-      its claim. After creating it, the learner reads the claim back and checks the token it
-      wrote; if another claim is stored the store is not atomic, and the queue raises
-      :class:`~gradientmail.errors.AtomicityViolationError` (carried as below) instead of
-      loading. Reservations are permanent for a run: a unit claimed by a learner that then
-      fails is not retried. A new run uses a new mailbox prefix.
+    * **Each unit is completed exactly once.** A unit is *done* when the consumer has taken
+      its last item and asks for the next one. The learner then records the completion:
+      its claim moves to ``done`` by compare-and-swap and ``done/{identifier}`` is created.
+      Resume and ``gradientmail status`` trust these records, not claims.
+    * **Claims are checked.** After creating a claim the learner reads it back; if another
+      claim is stored the store is not atomic, and the queue raises
+      :class:`~gradientmail.errors.AtomicityViolationError` (carried as below).
+    * **Dead learners' units are finished by others.** Every learner holds one lease,
+      renewed every ``lease / 3`` seconds in the background. A learner that finds no free
+      unit does not leave while units are claimed but not done: it watches the owners'
+      leases and, once one was unchanged for ``lease`` seconds by its own clock, takes that
+      learner's units over with ``put_if_match`` (exactly one taker) and loads them from
+      their first item. A dead learner's units wait at most ``lease`` plus one renewal
+      period once the others run out of free units.
+    * **A paused learner stops.** A learner whose lease may have lapsed (SIGSTOP, a long
+      pause, a partition) delivers nothing more until it has renewed, and one that was taken
+      over raises :class:`~gradientmail.errors.LeaseLostError`: it delivers no item of a
+      unit it no longer owns and never records a completion for one.
+    * **Items are delivered twice only** for a unit whose owner died, was fenced or left
+      early: its next owner loads it from the first item.
+    * **Resume.** The same job on the same prefix continues: done units are skipped; a
+      learner restarting with its old ``learner_id`` takes back its own unfinished units
+      first (its previous incarnation is fenced by the new lease), then free units, then
+      dead learners' units. A run whose units are all done yields nothing
+      (``queue.stats.run_complete``). A different unit mapping on the same prefix raises
+      ``ConfigurationError`` naming the first difference; runs are never mixed.
+    * **Early exit.** Leaving the ``with`` block early (``break``, an exception, Ctrl-C)
+      releases the learner's unfinished units at once, prefetched ones included, so others
+      take them without waiting for a lease to expire.
+    * **Epochs.** ``epoch=k`` scopes claims and completions to epoch ``k`` of the same run
+      (same URL); ``shuffle=seed`` gives each epoch its own preference order, identical on
+      every learner.
     * **Prefetch bound.** A background thread claims units and runs ``load(unit)``. It pulls
-      an item from the loader only when fewer than ``prefetch`` items are buffered, and it
-      claims the next unit only then too, so the loader is never more than ``prefetch``
-      items ahead of the consumer.
-    * **End.** When, after a fresh listing of ``units/``, no unit is left unclaimed, the
-      thread ends; the consumer drains the buffer and iteration stops.
-    * **Errors.** An exception from ``load`` (creating or iterating it) or from the mailbox
-      reaches the consumer *after* every item buffered before it, as a
-      :class:`~gradientmail.patterns.common.WorkerError` whose ``__cause__`` is the original
-      exception and whose message ends with the loader thread's traceback. Errors are never
-      swallowed and never become ``None`` items.
-    * **Exit.** Leaving the ``with`` block (normally, by an exception, or by ``break``) stops
-      the thread: it finishes at most its current ``load`` step or mailbox call, closes the
-      unit's iterator (so ``finally`` blocks in a generator run), makes no new claim, and
-      has ended when ``__exit__`` returns.
+      an item only when fewer than ``prefetch`` items are buffered, and claims the next unit
+      only then too.
+    * **Errors.** An exception from ``load`` or from the mailbox reaches the consumer
+      *after* every item buffered before it, as a :class:`~gradientmail.errors.WorkerError`
+      with the original as ``__cause__``. Errors are never swallowed.
+    * **Exit.** Leaving the ``with`` block stops the thread within its current ``load`` step
+      or mailbox call, closes the unit's iterator, records pending completions, and has
+      ended every background thread when ``__exit__`` returns.
 
-Claim order and cost
-    Learners try units in the mapping's order, or in their own ``order=`` (a preference
-    over the same identifiers; identifiers it leaves out follow in mapping order). A learner
-    keeps a local view of which units are taken: one listing of ``units/`` when it starts,
-    plus what its own claims teach it. When a claim is lost (someone else took the unit),
-    the learner refreshes the view with one listing and moves to a point inside the largest
-    run of units still free in its order, so concurrent learners spread over the order
-    instead of racing for the same next unit; a learner that never loses follows its order
-    exactly. A listing is also taken before concluding that nothing is left. So a claimed
-    unit costs one ``put_if_absent`` and one read-back, plus a share of a few listings per
-    learner, and that cost does not grow with the number of units.
+Without compare-and-swap (``Capability.COMPARE_AND_SWAP``) there are no takeovers: claims
+are permanent, a dead learner's units stay unfinished (``gradientmail status`` says so), and
+an early exit deletes the learner's unfinished claims.
 
-Progress for ``gradientmail status``
-    The queue writes ``manifest`` (``{"units": total}``) with ``put_if_absent`` when it
-    starts, so status can count units left. It reports each unit's claim, start (its first
-    item reaching the consumer) and finish (the consumer asking for the item after its last)
-    to a :class:`~gradientmail.session.Session`: the one passed as ``session=``, or else the
-    innermost ``Session`` with the same ``learner_id`` entered in the current thread, which
-    makes ``with session, shared_queue(...) as batches:`` work without extra arguments.
+Cost per unit: a ``put_if_absent`` and a read-back to claim, a ``put_if_match`` and a
+``put_if_absent`` to complete; per learner, one lease write per ``lease / 3`` seconds and a
+few listings (at the start, before concluding nothing is free, and once per renewal period
+while waiting for others to finish).
+
+Progress: the queue reports each unit's claim, start, finish and release to a
+:class:`~gradientmail.session.Session` (``session=``, or the innermost ``Session`` with the
+same ``learner_id`` entered in the current thread).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import threading
-import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from gradientmail.errors import ConfigurationError, NotSupportedError
+from gradientmail.backends.options import positive
+from gradientmail.errors import (
+    BackendError,
+    ConfigurationError,
+    LeaseLostError,
+    NotSupportedError,
+    WorkerError,
+)
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns.claims import claim
+from gradientmail.patterns.claim_loop import (
+    ClaimLoop,
+    Control,
+    Failed,
+    Fenced,
+    UnitEnd,
+    UnitStart,
+    View,
+)
+from gradientmail.patterns.leases import Lease
 from gradientmail.patterns.progress import (
+    LEASES_PREFIX,
     MANIFEST_KEY,
     UNITS_PREFIX,
     ProgressReporter,
+    RunLayout,
     active_reporter,
+    any_active_reporter,
+    check_manifest,
+    queue_entered,
+    queue_left,
 )
 from gradientmail.patterns.stats import Latencies, Stats
-from gradientmail.patterns.workers import CarriedError, HandoffBuffer
+from gradientmail.patterns.unit_claims import Held, UnitClaims
+from gradientmail.patterns.workers import HandoffBuffer, Worker
 
 __all__ = [
+    "DEFAULT_LEASE",
     "MANIFEST_KEY",
     "UNITS_PREFIX",
     "ProgressReporter",
@@ -90,6 +125,9 @@ __all__ = [
     "validate_segment",
 ]
 
+#: Seconds a learner's lease lasts without renewal before others may take its units.
+DEFAULT_LEASE = 60.0
+
 U = TypeVar("U")
 T = TypeVar("T")
 
@@ -98,10 +136,20 @@ T = TypeVar("T")
 class QueueStats(Stats):
     """A learner's queue telemetry. Read ``queue.stats`` at any time, or ``.snapshot()``."""
 
-    #: claims this learner won (and verified).
+    #: units this learner claimed or took over (and verified).
     units_claimed: int = 0
     #: units whose every item the consumer took.
     units_finished: int = 0
+    #: completions this learner recorded.
+    units_completed: int = 0
+    #: units taken over from a learner that died, left early, or an earlier incarnation.
+    units_reclaimed: int = 0
+    #: units given back unfinished when the queue was left early.
+    units_released: int = 0
+    #: units of this epoch already done when the queue started (a resumed run).
+    units_done_before: int = 0
+    #: ``True`` once every unit of the epoch is done (this learner saw the end).
+    run_complete: bool = False
     #: items returned by ``next()``.
     items_delivered: int = 0
     #: seconds the consumer spent blocked in ``next()`` waiting for an item.
@@ -110,110 +158,20 @@ class QueueStats(Stats):
     claim_latency: Latencies = field(default_factory=Latencies)
     #: claims lost because another learner had created the unit first.
     conflicts_lost: int = 0
-    #: listings of ``units/`` taken to refresh the local view.
+    #: listings of claims or completions taken while claiming (at the start, and to
+    #: refresh the local view after a lost claim or before concluding nothing is free).
     listings: int = 0
-    #: keys read by those listings.
+    #: scans (a listing of claims and one of completions) taken while waiting, with no unit
+    #: free, for the others to finish or for a dead learner's units.
+    wait_scans: int = 0
+    #: keys read by all those listings.
     listed_keys: int = 0
-
-
-# -- the local view of claims -----------------------------------------------------------------
-
-
-class _View:
-    """Which units this learner believes are taken, by position in its preference order."""
-
-    def __init__(self, identifiers: list[str], learner_id: str) -> None:
-        self.identifiers = identifiers
-        self.position = {ident: p for p, ident in enumerate(identifiers)}
-        self.taken = bytearray(len(identifiers))  # 1 = known claimed by someone
-        self.next = 0
-        seed = hashlib.sha256(learner_id.encode("utf-8")).digest()
-        self.rng = random.Random(seed)
-
-    def refresh(self, mailbox: Mailbox, stats: QueueStats) -> None:
-        """Mark every unit with a claim key as taken (one paged listing of ``units/``)."""
-        start = len(UNITS_PREFIX)
-        listed = 0
-        for key in mailbox.list(UNITS_PREFIX):
-            listed += 1
-            p = self.position.get(key[start:])
-            if p is not None:
-                self.taken[p] = 1
-        stats.listings += 1
-        stats.listed_keys += listed
-
-    def candidate(self) -> int | None:
-        """The next position believed free, continuing in order; else any free position."""
-        p = self.taken.find(0, self.next)
-        if p >= 0:
-            return p
-        return self.spread()
-
-    def spread(self) -> int | None:
-        """Move into the largest run of free positions; ``None`` if none is free.
-
-        The start is a random point in the middle half of the run (seeded by the learner
-        id), so learners that lost the same claim go different ways.
-        """
-        taken = self.taken
-        best_start, best_len = -1, 0
-        p = taken.find(0)
-        while p >= 0:
-            end = taken.find(1, p)
-            if end < 0:
-                end = len(taken)
-            if end - p > best_len:
-                best_start, best_len = p, end - p
-            p = taken.find(0, end)
-        if best_len == 0:
-            return None
-        offset = int(best_len * self.rng.uniform(0.25, 0.75)) if best_len > 2 else 0
-        self.next = best_start + offset
-        return self.next
-
-
-# -- buffer entries other than items ----------------------------------------------------------
-
-
-class _Control:
-    __slots__ = ()
-
-
-class _UnitStart(_Control):
-    __slots__ = ("identifier",)
-
-    def __init__(self, identifier: str) -> None:
-        self.identifier = identifier
-
-
-class _UnitEnd(_Control):
-    __slots__ = ("identifier", "items")
-
-    def __init__(self, identifier: str, items: int) -> None:
-        self.identifier = identifier
-        self.items = items
-
-
-class _Failed(_Control):
-    __slots__ = ("carried", "context")
-
-    def __init__(self, carried: CarriedError, context: str) -> None:
-        self.carried = carried
-        self.context = context
-
-
-class _Exhausted(_Control):
-    __slots__ = ()
-
-
-_EXHAUSTED = _Exhausted()
-
-
-# -- the queue --------------------------------------------------------------------------------
+    #: lease renewals written.
+    lease_renewals: int = 0
 
 
 class SharedQueue(Generic[T]):
-    """The iterator ``shared_queue`` yields: items of the units this learner claims.
+    """The iterator ``shared_queue`` yields: items of the units this learner holds.
 
     Iterate it in the thread that entered the ``with`` block. ``stats`` is live telemetry.
     """
@@ -228,25 +186,61 @@ class SharedQueue(Generic[T]):
         load: Callable[[Any], Iterable[T]],
         prefetch: int,
         reporter: ProgressReporter | None,
+        epoch: int,
+        lease: float,
     ) -> None:
         self.learner_id = learner_id
+        self.epoch = epoch
         self.stats = QueueStats()
-        self._units = units
         self._mailbox = mailbox
+        self._identifiers = identifiers
+        self._units = units
         self._load = load
         self._reporter = reporter
-        self._view = _View(identifiers, learner_id)
+        self._layout = RunLayout(epoch)
+        self._lease = Lease(mailbox, LEASES_PREFIX + learner_id, learner_id, duration=lease)
         self._buffer: HandoffBuffer[T] = HandoffBuffer(prefetch)
+        self._held: dict[str, Held] = {}
+        self._held_lock = threading.Lock()
+        self._closing = threading.Event()
+        self._pending: list[Held] = []  # completions for the recorder thread
+        self._pending_cv = threading.Condition()
+        self._async_error: BaseException | None = None
+        self._exhausted = False
         self._done = False
+        self._closed = False
+        self._claims: UnitClaims | None = None
+        self._loader: Worker | None = None
+        self._recorder: Worker | None = None
         self._worker = f"shared_queue loader of learner {learner_id!r}"
-        self._thread = threading.Thread(
-            target=self._run, name=f"gradientmail-shared-queue-{learner_id}", daemon=True
-        )
 
     def _start(self) -> None:
-        self._thread.start()
+        """Check the manifest, take the lease, start the loader and the recorder."""
+        check_manifest(self._mailbox, self._identifiers)
+        self._lease.acquire()
+        self._lease.start()
+        claims = UnitClaims(self._mailbox, self._layout, self.learner_id, self._lease.incarnation)
+        self._claims = claims
+        loop = ClaimLoop(
+            units=self._units,
+            view=View(self._identifiers, self.learner_id),
+            claims=claims,
+            lease=self._lease,
+            load=self._load,
+            buffer=self._buffer,
+            held=self._held,
+            held_lock=self._held_lock,
+            stats=self.stats,
+            reporter=self._reporter,
+            closing=self._closing,
+        )
+        self._loader = Worker(
+            f"gradientmail-shared-queue-{self.learner_id}", lambda _stop: loop.run()
+        ).start()
+        self._recorder = Worker(f"gradientmail-completions-{self.learner_id}", self._record)
+        self._recorder.start()
 
-    # -- consumer side --------------------------------------------------------------------
+    # -- consumer side ------------------------------------------------------------------------
 
     def __iter__(self) -> SharedQueue[T]:
         return self
@@ -256,130 +250,159 @@ class SharedQueue(Generic[T]):
             raise StopIteration
         get = self._buffer.get
         stats = self.stats
+        lease = self._lease
         while True:
+            if self._async_error is not None:
+                self._fail(self._async_error)
             entry, waited = get()
             if waited:
                 stats.wait_s += waited
-            if not isinstance(entry, _Control):
+            if not isinstance(entry, Control):
+                try:
+                    lease.ensure_fresh()  # never deliver an item of a unit we may have lost
+                except LeaseLostError as exc:
+                    self._fail(exc)
                 stats.items_delivered += 1
-                return entry  # type: ignore[return-value]
-            if isinstance(entry, _UnitStart):
+                return entry  # type: ignore[return-value]  # not a Control: an item
+            if isinstance(entry, UnitStart):
                 if self._reporter is not None:
-                    self._reporter.unit_started(entry.identifier)
-            elif isinstance(entry, _UnitEnd):
+                    self._reporter.unit_started(entry.held.identifier)
+            elif isinstance(entry, UnitEnd):
                 stats.units_finished += 1
                 if self._reporter is not None:
-                    self._reporter.unit_finished(entry.identifier, entry.items)
-            elif isinstance(entry, _Failed):
+                    self._reporter.unit_finished(entry.held.identifier, entry.items)
+                with self._pending_cv:
+                    self._pending.append(entry.held)
+                    self._pending_cv.notify()
+            elif isinstance(entry, Fenced):
+                self._fail(entry.error)
+            elif isinstance(entry, Failed):
                 self._done = True
                 entry.carried.reraise(self._worker, entry.context)
             else:
+                self._flush()
+                if self._async_error is not None:
+                    self._fail(self._async_error)
                 self._done = True
+                self._exhausted = True
+                stats.run_complete = self._claims is not None and self._claims.cas
                 raise StopIteration
 
-    def close(self) -> None:
-        """Stop prefetching and wait for the loader thread to end. Idempotent.
-
-        Waits for at most the loader's current ``load`` step or mailbox call.
-        """
+    def _fail(self, error: BaseException) -> None:
+        """Stop iterating and raise ``error`` (a lost lease, or a failed completion)."""
         self._done = True
-        self._buffer.close()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+        raise error
 
-    # -- loader side ----------------------------------------------------------------------
+    # -- completions (the recorder thread) ----------------------------------------------------
 
-    def _run(self) -> None:
-        context = "while claiming units"
-        try:
-            self._write_manifest()
-            view = self._view
-            view.refresh(self._mailbox, self.stats)
-            refreshed = True  # the view has not learnt anything from a failure since
-            while True:
-                if not self._buffer.wait_for_room():
-                    return  # closed: make no new claim
-                p = view.candidate()
-                if p is None:
-                    if refreshed:
-                        break
-                    view.refresh(self._mailbox, self.stats)
-                    refreshed = True
-                    continue
-                identifier = view.identifiers[p]
-                context = f"while claiming unit {identifier!r}"
-                if not self._claim(identifier):
-                    view.taken[p] = 1
-                    self.stats.conflicts_lost += 1
-                    view.refresh(self._mailbox, self.stats)
-                    refreshed = True
-                    view.spread()
-                    continue
-                view.taken[p] = 1
-                view.next = p + 1
-                refreshed = False
-                if not self._load_unit(identifier):
+    def _record(self, stop: threading.Event) -> None:
+        claims = self._claims
+        assert claims is not None
+        while True:
+            with self._pending_cv:
+                while not self._pending and not stop.is_set():
+                    self._pending_cv.wait()
+                if not self._pending:
                     return
-                context = "while claiming units"
-            self._buffer.put_control(_EXHAUSTED)
-        except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
-            if isinstance(exc, _LoadFailed):
-                context, exc = exc.context, exc.original
-            self._buffer.put_control(_Failed(CarriedError.of(exc), context))
+                held = self._pending[0]
+            try:
+                recorded = claims.complete(held)
+            except BackendError as exc:
+                error = WorkerError(
+                    f"{self._worker} could not record the completion of unit "
+                    f"{held.identifier!r}: {exc}",
+                    worker=self._worker,
+                    error_type=type(exc).__qualname__,
+                    worker_traceback="",
+                )
+                error.__cause__ = exc
+                self._async_error = error
+                recorded = False
+            if not recorded and self._async_error is None:
+                self._async_error = LeaseLostError(
+                    f"unit {held.identifier!r} of {self.learner_id!r} was taken over by another "
+                    "learner before its completion could be recorded (this learner's lease "
+                    "lapsed); the new owner trains it again",
+                    learner=self.learner_id,
+                    units=(held.identifier,),
+                )
+            with self._pending_cv:
+                self._pending.pop(0)
+                self._pending_cv.notify_all()
+            if recorded:
+                self.stats.units_completed += 1
+                with self._held_lock:
+                    self._held.pop(held.identifier, None)
 
-    def _write_manifest(self) -> None:
-        body = {"units": len(self._units), "created_at": time.time()}
-        self._mailbox.put_if_absent(MANIFEST_KEY, json.dumps(body).encode("utf-8"))
+    def _flush(self) -> None:
+        """Wait until every completion handed to the recorder is recorded (or failed)."""
+        with self._pending_cv:
+            while self._pending and self._recorder is not None and self._recorder.is_alive():
+                self._pending_cv.wait()
 
-    def _claim(self, identifier: str) -> bool:
-        start = time.perf_counter()
-        won = claim(self._mailbox, UNITS_PREFIX + identifier, self.learner_id)
-        if won:
-            self.stats.claim_latency.add(time.perf_counter() - start)
-            self.stats.units_claimed += 1
-            if self._reporter is not None:
-                self._reporter.unit_claimed(identifier)
-        return won
+    # -- leaving ------------------------------------------------------------------------------
 
-    def _load_unit(self, identifier: str) -> bool:
-        """Load one claimed unit into the buffer; ``False`` if the queue was closed."""
-        buffer = self._buffer
-        items = 0
-        iterator: Iterator[T] | None = None
+    def close(self) -> None:
+        """Stop prefetching, record pending completions, release or finish. Idempotent.
+
+        Waits for at most the loader's current ``load`` step or mailbox call. Left before
+        the end (not exhausted), it releases every unit it holds that is not done, so other
+        learners take them at once. Store errors while releasing are kept in
+        :attr:`release_error`: the units then come back when the lease expires.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._done = True
+        self._closing.set()
+        self._buffer.close()
+        if self._loader is not None:
+            self._loader.stop()
+        self._flush()
+        if self._recorder is not None:
+            with self._pending_cv:
+                self._pending_cv.notify_all()
+            self._recorder.stop()
+        self.stats.lease_renewals = self._lease.renewals
+        if self._lease.lost or isinstance(self._async_error, LeaseLostError):
+            return
         try:
-            buffer.put_control(_UnitStart(identifier))
-            iterator = iter(self._load(self._units[identifier]))
-            while True:
-                if not buffer.wait_for_room():
-                    return False
-                try:
-                    item = next(iterator)
-                except StopIteration:
-                    break
-                if not buffer.put(item):
-                    return False
-                items += 1
-            buffer.put_control(_UnitEnd(identifier, items))
-            return True
-        except Exception as exc:
-            raise _LoadFailed(f"in unit {identifier!r} after {items} item(s)", exc) from exc
-        finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
+            if self._exhausted:
+                self._lease.end("finished")
+            else:
+                self._release_held()
+                self._lease.end("released")
+        except BackendError as exc:
+            self.release_error = exc
+
+    release_error: BackendError | None = None
+
+    def _release_held(self) -> None:
+        claims = self._claims
+        if claims is None:
+            return
+        with self._held_lock:
+            held = list(self._held.values())
+            self._held.clear()
+        for unit in held:
+            if claims.release(unit):
+                self.stats.units_released += 1
+                release = getattr(self._reporter, "unit_released", None)
+                if release is not None:
+                    release(unit.identifier)
 
 
-class _LoadFailed(Exception):
-    """Internal: carries the unit context of a loader failure to ``_run``."""
-
-    def __init__(self, context: str, original: BaseException) -> None:
-        super().__init__(context)
-        self.context = context
-        self.original = original
-
-
-def _preference(units: Mapping[str, Any], order: Sequence[str] | None) -> list[str]:
+def _preference(
+    units: Mapping[str, Any], order: Sequence[str] | None, shuffle: int | None, epoch: int
+) -> list[str]:
     identifiers = [validate_segment(ident, "unit identifier") for ident in units]
+    if shuffle is not None:
+        if order is not None:
+            raise ConfigurationError(
+                "give order= or shuffle=, not both: shuffle draws every learner's order"
+            )
+        random.Random(f"{shuffle}:{epoch}").shuffle(identifiers)
+        return identifiers
     if order is None:
         return identifiers
     if isinstance(order, str):
@@ -402,43 +425,9 @@ def _preference(units: Mapping[str, Any], order: Sequence[str] | None) -> list[s
     return preferred
 
 
-@contextmanager
-def shared_queue(
-    units: Mapping[str, U],
-    *,
-    mailbox: Mailbox,
-    learner_id: str,
-    load: Callable[[U], Iterable[T]],
-    prefetch: int = 8,
-    order: Sequence[str] | None = None,
-    session: ProgressReporter | None = None,
-) -> Iterator[SharedQueue[T]]:
-    """Share ``units`` among learners: yield the items of the units this learner claims.
-
-    Args:
-        units: identifier → unit value, the same mapping (and order) on every learner.
-            Identifiers become key segments (``units/{identifier}``).
-        mailbox: the run's mailbox; every learner of the run opens the same URL.
-        learner_id: this learner's name, recorded in its claims (one key segment).
-        load: ``load(unit)`` returns an iterable of items, run in a background thread.
-        prefetch: the most items the loader may be ahead of the consumer (at least 1).
-        order: this learner's preference order over the identifiers; ones it omits are
-            tried afterwards in mapping order.
-        session: where to report unit progress; by default the innermost
-            :class:`~gradientmail.session.Session` for ``learner_id`` entered in this thread.
-
-    Yields:
-        A :class:`SharedQueue`: iterate it for the items; ``.stats`` is its telemetry.
-
-    Raises:
-        InvalidKeyError: an identifier or ``learner_id`` is not a valid key segment (raised
-            before anything is claimed; the message names the identifier).
-        ConfigurationError: ``prefetch`` is not a positive int, or ``order`` names an
-            unknown or repeated identifier.
-        NotSupportedError: the mailbox does not declare ``Capability.ATOMIC_CREATE``.
-        WorkerError: from iteration, after the items buffered before it, when ``load`` or
-            the mailbox failed; the original exception is its ``__cause__``.
-    """
+def _check_arguments(
+    units: object, mailbox: Mailbox, load: object, epoch: object, shuffle: object
+) -> None:
     if not isinstance(units, Mapping):
         raise ConfigurationError(
             f"units must be a mapping of identifier -> unit, not {type(units).__name__}; "
@@ -450,13 +439,76 @@ def shared_queue(
             "(Capability.ATOMIC_CREATE), which this mailbox does not declare; without it two "
             "learners could both claim one unit"
         )
-    validate_segment(learner_id, "learner id")
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-        raise ConfigurationError(f"prefetch must be a positive int, not {prefetch!r}")
     if not callable(load):
         raise ConfigurationError(f"load must be callable (unit -> iterable of items): {load!r}")
-    identifiers = _preference(units, order)
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise ConfigurationError(f"epoch must be an int >= 0, not {epoch!r}")
+    if shuffle is not None and (isinstance(shuffle, bool) or not isinstance(shuffle, int)):
+        raise ConfigurationError(f"shuffle must be an int seed or None, not {shuffle!r}")
+
+
+@contextmanager
+def shared_queue(
+    units: Mapping[str, U],
+    *,
+    mailbox: Mailbox,
+    learner_id: str,
+    load: Callable[[U], Iterable[T]],
+    prefetch: int = 8,
+    order: Sequence[str] | None = None,
+    session: ProgressReporter | None = None,
+    epoch: int = 0,
+    shuffle: int | None = None,
+    lease: float = DEFAULT_LEASE,
+) -> Iterator[SharedQueue[T]]:
+    """Share ``units`` among learners: yield the items of the units this learner holds.
+
+    Args:
+        units: identifier → unit value, the same mapping on every learner. Identifiers
+            become key segments (``units/{identifier}``).
+        mailbox: the run's mailbox; every learner of the run opens the same URL.
+        learner_id: this learner's name (one key segment), unique among live learners.
+            Restarting with the same id resumes this learner's unfinished units.
+        load: ``load(unit)`` returns an iterable of items, run in a background thread.
+        prefetch: the most items the loader may be ahead of the consumer (at least 1).
+        order: this learner's preference order over the identifiers; ones it omits are
+            tried afterwards in mapping order.
+        session: where to report unit progress; by default the innermost
+            :class:`~gradientmail.session.Session` for ``learner_id`` entered in this thread.
+        epoch: which pass over the units (0, 1, 2...); each epoch completes every unit once.
+        shuffle: a seed: each epoch's preference order is a permutation drawn from
+            ``(shuffle, epoch)``, the same on every learner. Not with ``order``.
+        lease: seconds without renewal after which others may take this learner's units
+            (default 60). Renewed every ``lease / 3`` seconds.
+
+    Yields:
+        A :class:`SharedQueue`: iterate it for the items; ``.stats`` is its telemetry.
+
+    Raises:
+        InvalidKeyError: an identifier or ``learner_id`` is not a valid key segment.
+        ConfigurationError: a bad argument; the run at this prefix has other units; or
+            another live learner already uses ``learner_id``.
+        NotSupportedError: the mailbox does not declare ``Capability.ATOMIC_CREATE``.
+        WorkerError: from iteration, after the items buffered before it, when ``load`` or
+            the mailbox failed; the original exception is its ``__cause__``.
+        LeaseLostError: from iteration, when this learner's units were taken over.
+    """
+    _check_arguments(units, mailbox, load, epoch, shuffle)
+    validate_segment(learner_id, "learner id")
+    positive(prefetch, "prefetch", integer=True)
+    positive(lease, "lease")
+    identifiers = _preference(units, order, shuffle, epoch)
     reporter = session if session is not None else active_reporter(learner_id)
+    if reporter is None:
+        other = any_active_reporter()
+        if other is not None:
+            warnings.warn(
+                f"shared_queue for learner {learner_id!r} found an active Session for "
+                f"{other.learner_id!r}, not for {learner_id!r}: its units will not be "
+                "recorded in that session; give both the same learner id",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     queue: SharedQueue[T] = SharedQueue(
         units,
         identifiers,
@@ -465,9 +517,21 @@ def shared_queue(
         load=load,
         prefetch=prefetch,
         reporter=reporter,
+        epoch=epoch,
+        lease=float(lease),
     )
-    queue._start()
     try:
-        yield queue
+        queue._start()
+        with _running(queue):
+            yield queue
     finally:
         queue.close()
+
+
+@contextmanager
+def _running(queue: SharedQueue[Any]) -> Iterator[None]:
+    queue_entered(queue.learner_id)
+    try:
+        yield
+    finally:
+        queue_left(queue.learner_id)

@@ -1,0 +1,381 @@
+"""The loader thread of a ``shared_queue`` learner: which unit next, and loading it.
+
+Order of preference, each time the buffer has room:
+
+1. units this learner held in an earlier incarnation (it restarted with the same id);
+2. free units, in the learner's preference order (see :class:`View`);
+3. when none is free: units that were released, or whose owner's lease expired, taken
+   over with compare-and-swap. While units are claimed but not done and none can be taken,
+   the thread keeps watching, once per renewal period, and ends only when every unit is
+   done. So a learner that dies last still has its units finished by someone.
+
+Without compare-and-swap, step 1 and 3 do not exist: claims are permanent and the thread
+ends when no unit is free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from gradientmail.errors import LeaseLostError
+from gradientmail.patterns.claims import ClaimRecord
+from gradientmail.patterns.leases import RENEWALS_PER_LEASE, Lease, LeaseWatcher
+from gradientmail.patterns.progress import LEASES_PREFIX, ProgressReporter
+from gradientmail.patterns.unit_claims import DONE, RELEASED, Held, UnitClaims
+from gradientmail.patterns.workers import Backoff, CarriedError, HandoffBuffer
+
+if TYPE_CHECKING:
+    from gradientmail.mailbox import Version
+    from gradientmail.patterns.shared_queue import QueueStats
+
+__all__ = ["ClaimLoop", "Exhausted", "Failed", "Fenced", "UnitEnd", "UnitStart", "View"]
+
+
+class View:
+    """Which units this learner believes are taken, by position in its preference order."""
+
+    def __init__(self, identifiers: list[str], learner_id: str) -> None:
+        self.identifiers = identifiers
+        self.position = {ident: p for p, ident in enumerate(identifiers)}
+        self.taken = bytearray(len(identifiers))  # 1 = known claimed by someone
+        self.next = 0
+        seed = hashlib.sha256(learner_id.encode("utf-8")).digest()
+        self.rng = random.Random(seed)
+
+    def mark(self, identifiers: Iterable[str]) -> None:
+        """Mark ``identifiers`` as taken."""
+        for ident in identifiers:
+            p = self.position.get(ident)
+            if p is not None:
+                self.taken[p] = 1
+
+    def rebuild(self, claimed: set[str]) -> None:
+        """Make the view exactly ``claimed`` (units released by deletion become free)."""
+        self.taken = bytearray(len(self.identifiers))
+        self.mark(claimed)
+
+    def candidate(self) -> int | None:
+        """The next position believed free, continuing in order; else any free position."""
+        p = self.taken.find(0, self.next)
+        if p >= 0:
+            return p
+        return self.spread()
+
+    def spread(self) -> int | None:
+        """Move into the largest run of free positions; ``None`` if none is free.
+
+        The start is a random point in the middle half of the run (seeded by the learner
+        id), so learners that lost the same claim go different ways.
+        """
+        taken = self.taken
+        best_start, best_len = -1, 0
+        p = taken.find(0)
+        while p >= 0:
+            end = taken.find(1, p)
+            if end < 0:
+                end = len(taken)
+            if end - p > best_len:
+                best_start, best_len = p, end - p
+            p = taken.find(0, end)
+        if best_len == 0:
+            return None
+        offset = int(best_len * self.rng.uniform(0.25, 0.75)) if best_len > 2 else 0
+        self.next = best_start + offset
+        return self.next
+
+
+# -- buffer entries other than items ----------------------------------------------------------
+
+
+class Control:
+    """Base of the entries the loader puts between items."""
+
+    __slots__ = ()
+
+
+class UnitStart(Control):
+    """The next items belong to ``held``."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, held: Held) -> None:
+        self.held = held
+
+
+class UnitEnd(Control):
+    """Every item of ``held`` was put before this entry."""
+
+    __slots__ = ("held", "items")
+
+    def __init__(self, held: Held, items: int) -> None:
+        self.held = held
+        self.items = items
+
+
+class Failed(Control):
+    """The loader failed; the consumer raises this after the items before it."""
+
+    __slots__ = ("carried", "context")
+
+    def __init__(self, carried: CarriedError, context: str) -> None:
+        self.carried = carried
+        self.context = context
+
+
+class Fenced(Control):
+    """The learner lost its lease; the consumer raises ``error`` itself."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: LeaseLostError) -> None:
+        self.error = error
+
+
+class Exhausted(Control):
+    """Every unit is done (or, without compare-and-swap, claimed)."""
+
+    __slots__ = ()
+
+
+class _LoadFailed(Exception):
+    def __init__(self, context: str, original: BaseException) -> None:
+        super().__init__(context)
+        self.context = context
+        self.original = original
+
+
+_WAIT = object()
+
+
+class ClaimLoop:
+    """The loader thread's work: claim, take over, load into ``buffer``.
+
+    Every unit it holds is registered in ``held`` (shared with the consumer side) before
+    its first item is buffered, so the consumer can complete or release it.
+    """
+
+    def __init__(
+        self,
+        *,
+        units: Mapping[str, Any],
+        view: View,
+        claims: UnitClaims,
+        lease: Lease,
+        load: Callable[[Any], Iterable[Any]],
+        buffer: HandoffBuffer[Any],
+        held: dict[str, Held],
+        held_lock: threading.Lock,
+        stats: QueueStats,
+        reporter: ProgressReporter | None,
+        closing: threading.Event,
+    ) -> None:
+        self.units = units
+        self.view = view
+        self.claims = claims
+        self.lease = lease
+        self.load = load
+        self.buffer = buffer
+        self.held = held
+        self.held_lock = held_lock
+        self.stats = stats
+        self.reporter = reporter
+        self.closing = closing
+        self.learner = claims.learner_id
+        self.watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=lease.duration)
+        # While waiting for others to finish, look again after 100 ms, doubling up to one
+        # renewal period, and quickly again whenever a unit was completed meanwhile: a
+        # learner near the end notices it soon, one waiting long costs few listings.
+        period = lease.duration / RENEWALS_PER_LEASE
+        self.backoff = Backoff(period, floor=min(0.1, period))
+        self.done_seen = -1
+        self.own: list[tuple[str, ClaimRecord, Version]] = []
+        self.refreshed = True
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Claim and load until every unit is done, the queue closes, or something fails."""
+        context = "while claiming units"
+        try:
+            self.start()
+            while True:
+                if not self.buffer.wait_for_room():
+                    return  # closed: make no new claim
+                held = self.next_unit()
+                if held is None:
+                    break
+                context = f"while loading unit {held.identifier!r}"
+                if not self.load_unit(held):
+                    return
+                context = "while claiming units"
+            self.buffer.put_control(Exhausted())
+        except LeaseLostError as exc:
+            self.buffer.put_control(Fenced(exc))
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
+            if isinstance(exc, _LoadFailed):
+                context, exc = exc.context, exc.original
+            self.buffer.put_control(Failed(CarriedError.of(exc), context))
+
+    def start(self) -> None:
+        """One scan: skip done units, note own leftovers from an earlier incarnation."""
+        scan = self.claims.scan()
+        self.stats.listings += 2
+        self.stats.listed_keys += len(scan.claimed) + len(scan.done)
+        ids = self.view.position
+        self.stats.units_done_before = sum(1 for ident in scan.done if ident in ids)
+        self.view.mark(scan.claimed)
+        if not self.claims.cas:
+            return
+        mine = [ident for ident in scan.open if ident in ids]
+        for ident, (record, version) in self.claims.read_all(mine).items():
+            if record.owner == self.learner and UnitClaims.state(record) not in (DONE,):
+                self.own.append((ident, record, version))
+        self.own.sort(key=lambda entry: ids[entry[0]])
+
+    # -- choosing the next unit ---------------------------------------------------------------
+
+    def next_unit(self) -> Held | None:
+        """The next unit to load, or ``None`` when every unit is done or the queue closed."""
+        while self.own:
+            ident, record, version = self.own.pop(0)
+            held = self.claims.take_over(ident, record, version)
+            if held is not None:
+                return self.hold(held, reclaimed=True)
+        view = self.view
+        while not self.closing.is_set():
+            p = view.candidate()
+            if p is not None:
+                identifier = view.identifiers[p]
+                held = self.claims.claim(identifier)
+                view.taken[p] = 1
+                if held is not None:
+                    view.next = p + 1
+                    self.refreshed = False
+                    return self.hold(held, reclaimed=False)
+                self.stats.conflicts_lost += 1
+                self.refresh()
+                view.spread()
+                continue
+            if not self.refreshed:
+                self.refresh()
+                continue
+            found = self.reclaim()
+            if found is _WAIT:
+                self.closing.wait(self.backoff.next())  # a polling period, not a sync
+                continue
+            if found is None:
+                return None
+            if isinstance(found, Held):
+                return found
+        return None
+
+    def refresh(self) -> None:
+        """Mark every claimed unit as taken (one paged listing of the claims)."""
+        listed = 0
+        prefix = self.claims.layout.units
+        for key in self.claims.mailbox.list(prefix):
+            listed += 1
+            p = self.view.position.get(key[len(prefix) :])
+            if p is not None:
+                self.view.taken[p] = 1
+        self.stats.listings += 1
+        self.stats.listed_keys += listed
+        self.refreshed = True
+
+    def reclaim(self) -> object:
+        """Nothing is free: take over a released or dead learner's unit, or say to wait.
+
+        Returns a :class:`Held`, ``None`` when every unit is done (or claims are permanent),
+        ``_WAIT`` when units are in progress elsewhere, or the sentinel ``True`` when units
+        became free again (the view was rebuilt).
+        """
+        self.lease.ensure_fresh()  # taking over is an owner's act: never while fenced
+        scan = self.claims.scan()
+        self.stats.wait_scans += 1
+        self.stats.listed_keys += len(scan.claimed) + len(scan.done)
+        if len(scan.done) != self.done_seen:
+            self.done_seen = len(scan.done)
+            self.backoff.reset()
+        ids = self.view.position
+        if any(ident not in scan.claimed for ident in ids):
+            self.view.rebuild(scan.claimed)
+            return True
+        with self.held_lock:
+            mine = set(self.held)
+        waiting = [ident for ident in scan.open if ident in ids and ident not in mine]
+        if not waiting or not self.claims.cas:
+            return None
+        by_owner: dict[str, list[tuple[str, ClaimRecord, Version]]] = {}
+        for ident, (record, version) in self.claims.read_all(waiting).items():
+            state = UnitClaims.state(record)
+            if state == DONE:
+                self.claims.finish_done_claim(ident)
+            elif state == RELEASED or self.is_earlier_self(record):
+                held = self.claims.take_over(ident, record, version)
+                if held is not None:
+                    self.stats.units_reclaimed += 1
+                    return self.hold(held, reclaimed=True)
+            else:
+                by_owner.setdefault(record.owner, []).append((ident, record, version))
+        for owner, claimed in sorted(by_owner.items()):
+            if owner == self.learner:
+                continue
+            observed = self.watcher.observe(owner)
+            if not observed.dead or not self.watcher.declare_lost(owner, self.learner):
+                continue
+            for ident, record, version in claimed:
+                held = self.claims.take_over(ident, record, version)
+                if held is not None:
+                    self.stats.units_reclaimed += 1
+                    return self.hold(held, reclaimed=True)
+        return _WAIT
+
+    def is_earlier_self(self, record: ClaimRecord) -> bool:
+        incarnation = record.extra.get("incarnation")
+        return (
+            record.owner == self.learner
+            and isinstance(incarnation, int)
+            and incarnation < self.claims.incarnation
+        )
+
+    def hold(self, held: Held, *, reclaimed: bool) -> Held:
+        with self.held_lock:
+            self.held[held.identifier] = held
+        self.stats.units_claimed += 1
+        if self.reporter is not None:
+            self.reporter.unit_claimed(held.identifier, reclaimed=reclaimed)
+        return held
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def load_unit(self, held: Held) -> bool:
+        """Load one held unit into the buffer; ``False`` if the queue was closed."""
+        buffer = self.buffer
+        items = 0
+        iterator: Iterator[Any] | None = None
+        identifier = held.identifier
+        try:
+            buffer.put_control(UnitStart(held))
+            iterator = iter(self.load(self.units[identifier]))
+            while True:
+                if not buffer.wait_for_room():
+                    return False
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    break
+                if not buffer.put(item):
+                    return False
+                items += 1
+            buffer.put_control(UnitEnd(held, items))
+            return True
+        except Exception as exc:
+            raise _LoadFailed(f"in unit {identifier!r} after {items} item(s)", exc) from exc
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()

@@ -1,0 +1,388 @@
+"""Leases: how a worker says "I am alive", and how the others decide it is not.
+
+One mechanism for every pattern whose workers can die: a ``shared_queue`` learner, a
+pipeline producer or consumer. A lease is one key holding a small record; its holder
+rewrites it every ``duration / 3`` seconds from a background thread. Nothing else is
+needed: no coordinator, no clock agreement.
+
+Holder side (:class:`Lease`)
+    * :meth:`Lease.acquire` creates the key, or, when a record from an earlier holder with
+      the same name exists, takes it over with the next *incarnation* number. A record
+      that is still being renewed means a live worker already uses that name: acquiring
+      raises ``ConfigurationError`` instead of running two workers under one name. Taking
+      over fences the previous incarnation: its next renewal fails and it stops.
+    * Renewals are compare-and-swap writes (``put_if_match``) where the mailbox supports
+      them, so a holder learns at its next renewal that someone else wrote its lease
+      (declared it lost, or a newer incarnation took it) and stops with
+      :class:`~gradientmail.errors.LeaseLostError`.
+    * :meth:`Lease.ensure_fresh` is the fence a holder checks before every action that only
+      an owner may take (deliver an item, record a completion). It costs two attribute
+      reads while the last successful renewal was sent less than ``SAFE_FRACTION *
+      duration`` ago; past that (the process was paused, the store stopped answering) it
+      renews synchronously first, and raises ``LeaseLostError`` when that shows the lease
+      was lost.
+
+Observer side (:class:`LeaseWatcher`)
+    * An observer declares a holder dead only after seeing its lease record *unchanged* for
+      ``duration`` seconds by its own monotonic clock. A renewal sent at time ``t`` is seen
+      by every later read, so no observer can declare the holder dead before ``t +
+      duration``, while the holder stops acting at ``t + SAFE_FRACTION * duration``: host
+      clocks need not agree, only run at about the same rate.
+    * :meth:`LeaseWatcher.declare_lost` writes the ``lost`` state with compare-and-swap
+      against the version it watched, so it fails if the holder renewed in between, and
+      exactly one observer declares. Only then may others take the holder's work.
+
+Cost: one write per holder per ``duration / 3`` (per worker, not per unit of work), and one
+read per watched lease per observation.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gradientmail.backends.base import new_write_id
+from gradientmail.errors import BackendError, ConfigurationError, LeaseLostError
+from gradientmail.mailbox import Capability, Mailbox, Version
+from gradientmail.patterns.claims import decode_record, encode_record
+from gradientmail.patterns.workers import Worker
+
+__all__ = ["RENEWALS_PER_LEASE", "SAFE_FRACTION", "Lease", "LeaseState", "LeaseWatcher"]
+
+#: A holder renews this many times per lease duration.
+RENEWALS_PER_LEASE = 3
+#: A holder acts only while its last successful renewal was sent less than this fraction of
+#: the duration ago; the rest is margin for clock rates and the time a request takes.
+SAFE_FRACTION = 0.75
+
+#: States a lease record can be in. ``running`` is the only live one.
+LIVE_STATES = frozenset({"running"})
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """What an observer concluded about one holder's lease."""
+
+    holder: str
+    #: ``running``, ``finished``, ``released``, ``failed``, ``lost`` or ``missing``.
+    state: str
+    #: The incarnation whose record was read (0 when missing).
+    incarnation: int
+    #: ``True`` when the holder is not running: it ended, was declared lost, or its record
+    #: was unchanged (or missing) for a whole duration of this observer's clock.
+    dead: bool
+
+
+def _record(
+    holder: str, incarnation: int, token: str, seq: int, state: str, duration: float, **extra: Any
+) -> bytes:
+    body: dict[str, Any] = {
+        "holder": holder,
+        "incarnation": incarnation,
+        "token": token,
+        "seq": seq,
+        "state": state,
+        "lease": duration,
+        "renewed_at": time.time(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+    body.update(extra)
+    return encode_record(body)
+
+
+class Lease:
+    """One holder's lease on ``key``, renewed in the background while held.
+
+    Args:
+        mailbox: the mailbox holding the lease.
+        key: the lease key, e.g. ``leases/node-0``.
+        holder: the holder's name, written into the record.
+        duration: seconds of unchanged record after which observers declare the holder dead.
+
+    Thread-safe: renewals run on a background thread, :meth:`ensure_fresh` on any thread.
+    """
+
+    def __init__(self, mailbox: Mailbox, key: str, holder: str, *, duration: float) -> None:
+        self.mailbox = mailbox
+        self.key = key
+        self.holder = holder
+        self.duration = float(duration)
+        self.incarnation = 0
+        #: renewals that succeeded.
+        self.renewals = 0
+        #: the last error a background renewal raised (the next period retries).
+        self.renew_error: BaseException | None = None
+        self._cas = mailbox.supports(Capability.COMPARE_AND_SWAP)
+        self._token = new_write_id()
+        self._seq = 0
+        self._version: Version | None = None
+        self._fresh_until = 0.0  # monotonic
+        self._lost: str | None = None
+        self._lock = threading.Lock()  # one renewal at a time
+        self._worker: Worker | None = None
+
+    # -- acquiring ----------------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Create the lease, or take it over from an earlier incarnation with this name.
+
+        Raises:
+            ConfigurationError: another live holder renews this lease (two workers were
+                given one name).
+            BackendError: the store failed.
+        """
+        while True:
+            sent = time.monotonic()
+            if self.mailbox.put_if_absent(self.key, self._body(1, "running")):
+                self.incarnation = 1
+                self._stored(self._read_version(), sent)
+                return
+            current = self._read()
+            if current is None:
+                continue  # deleted in between: create it again
+            record, version = current
+            if record.get("state") in LIVE_STATES:
+                self._refuse_if_renewed(record, version)
+            incarnation = int(record.get("incarnation") or 0) + 1
+            sent = time.monotonic()
+            body = self._body(incarnation, "running")
+            if self._cas:
+                new = self.mailbox.put_if_match(self.key, body, version)
+                if new is None:
+                    continue  # it changed while we looked: decide again
+            else:
+                self.mailbox.put(self.key, body)
+                new = None
+            self.incarnation = incarnation
+            self._stored(new, sent)
+            return
+
+    def _refuse_if_renewed(self, record: dict[str, Any], version: Version) -> None:
+        """Watch a ``running`` record for about one renewal period; refuse if it changes."""
+        duration = float(record.get("lease") or self.duration)
+        renewed_at = record.get("renewed_at")
+        if isinstance(renewed_at, (int, float)) and time.time() - renewed_at > 2 * duration:
+            return  # not renewed for two whole durations even by a skewed clock: gone
+        window = duration / RENEWALS_PER_LEASE * 1.5
+        deadline = time.monotonic() + window
+        pause = max(0.02, window / 12)
+        while time.monotonic() < deadline:
+            time.sleep(pause)  # a polling period while watching another holder's record
+            current = self._read()
+            if current is None or current[1] != version:
+                if current is not None and current[0].get("state") not in LIVE_STATES:
+                    return  # it ended while we watched
+                where = f"{record.get('host')} pid {record.get('pid')}"
+                raise ConfigurationError(
+                    f"{self.holder!r} is already running in this run ({where}) and renews "
+                    f"its lease {self.key!r}; give every learner its own id (for example "
+                    "gradientmail.learner ids built from the launcher's RANK)"
+                )
+
+    # -- renewing -----------------------------------------------------------------------------
+
+    def start(self) -> Lease:
+        """Start renewing every ``duration / 3`` seconds in a background thread."""
+        period = self.duration / RENEWALS_PER_LEASE
+
+        def loop(stop: threading.Event) -> None:
+            while not stop.wait(period):
+                try:
+                    self.renew()
+                    self.renew_error = None
+                except LeaseLostError:
+                    return
+                except BackendError as exc:
+                    self.renew_error = exc  # the next period retries; ensure_fresh fences
+
+        self._worker = Worker(f"gradientmail-lease-{self.holder}", loop).start()
+        return self
+
+    def renew(self) -> None:
+        """Renew now.
+
+        Raises:
+            LeaseLostError: someone else wrote the lease (it was declared lost, or a newer
+                incarnation took it over).
+            BackendError: the store failed; the lease is unchanged.
+        """
+        with self._lock:
+            if self._lost is not None:
+                raise self._error()
+            sent = time.monotonic()
+            self._seq += 1
+            body = self._body(self.incarnation, "running")
+            if not self._cas:
+                self.mailbox.put(self.key, body)
+                self._stored(None, sent)
+                return
+            assert self._version is not None
+            new = self.mailbox.put_if_match(self.key, body, self._version)
+            if new is None:
+                self._lost = self._why_lost()
+                raise self._error()
+            self._stored(new, sent)
+
+    def ensure_fresh(self) -> None:
+        """Return only while no observer can have declared this holder dead.
+
+        Costs nothing while the last renewal is recent; otherwise renews first.
+
+        Raises:
+            LeaseLostError: the lease was lost, or renewing failed while it was stale.
+        """
+        if self._lost is not None:
+            raise self._error()
+        if time.monotonic() < self._fresh_until:
+            return
+        try:
+            self.renew()
+        except BackendError as exc:
+            raise LeaseLostError(
+                f"{self.holder!r} could not renew its lease {self.key!r} in time ({exc}); "
+                "it stops rather than risk acting on work another worker may take over",
+                learner=self.holder,
+            ) from exc
+
+    @property
+    def lost(self) -> bool:
+        """Whether this holder learnt that its lease was taken."""
+        return self._lost is not None
+
+    def end(self, state: str = "finished") -> None:
+        """Stop renewing and record ``state`` (``finished``, ``released`` or ``failed``).
+
+        A lease that was lost is left as the observer wrote it. Store errors are raised.
+        """
+        if self._worker is not None:
+            self._worker.stop()
+        with self._lock:
+            if self._lost is not None or self.incarnation == 0:
+                return
+            self._seq += 1
+            body = self._body(self.incarnation, state)
+            if self._cas and self._version is not None:
+                if self.mailbox.put_if_match(self.key, body, self._version) is None:
+                    self._lost = self._why_lost()
+            else:
+                self.mailbox.put(self.key, body)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _body(self, incarnation: int, state: str) -> bytes:
+        return _record(self.holder, incarnation, self._token, self._seq, state, self.duration)
+
+    def _stored(self, version: Version | None, sent: float) -> None:
+        self._version = version
+        self._fresh_until = sent + SAFE_FRACTION * self.duration
+        self.renewals += 1
+
+    def _read(self) -> tuple[dict[str, Any], Version] | None:
+        try:
+            if self._cas:
+                data, version = self.mailbox.get_versioned(self.key)
+            else:
+                data = self.mailbox.get(self.key)
+                version = Version(data.hex())
+        except LookupError:
+            return None
+        return decode_record(data) or {}, version
+
+    def _read_version(self) -> Version | None:
+        current = self._read() if self._cas else None
+        return None if current is None else current[1]
+
+    def _why_lost(self) -> str:
+        current = self._read()
+        if current is None:
+            return "its lease record was deleted"
+        record = current[0]
+        if record.get("state") == "lost":
+            return f"it was declared lost by {record.get('lost_by')!r}"
+        if record.get("token") != self._token:
+            return (
+                f"a newer incarnation ({record.get('incarnation')}) with the same id took "
+                f"over ({record.get('host')} pid {record.get('pid')})"
+            )
+        return "its lease record changed"
+
+    def _error(self) -> LeaseLostError:
+        return LeaseLostError(
+            f"{self.holder!r} lost its lease {self.key!r}: {self._lost}; the work it held is "
+            "being finished by others",
+            learner=self.holder,
+        )
+
+
+class LeaseWatcher:
+    """An observer of other holders' leases under ``prefix`` (``prefix + holder``).
+
+    Call :meth:`observe` at intervals; a holder is dead once its record was unchanged for
+    ``duration`` seconds of this watcher's monotonic clock, or says it ended or was lost.
+    """
+
+    def __init__(self, mailbox: Mailbox, prefix: str, *, duration: float) -> None:
+        self.mailbox = mailbox
+        self.prefix = prefix
+        self.duration = float(duration)
+        self._seen: dict[str, tuple[object, float, Version | None]] = {}
+        self._cas = mailbox.supports(Capability.COMPARE_AND_SWAP)
+        #: lease reads made.
+        self.reads = 0
+
+    def observe(self, holder: str) -> LeaseState:
+        """Read ``holder``'s lease once and say whether it is dead."""
+        self.reads += 1
+        now = time.monotonic()
+        try:
+            if self._cas:
+                data, version = self.mailbox.get_versioned(self.prefix + holder)
+                mark: object = version.token
+            else:
+                data, version = self.mailbox.get(self.prefix + holder), None
+                mark = data
+        except LookupError:
+            data, version, mark = b"", None, None
+        record = decode_record(data) or {} if data else {}
+        seen = self._seen.get(holder)
+        if seen is None or seen[0] != mark:
+            self._seen[holder] = (mark, now, version)
+            since = now
+        else:
+            since = seen[1]
+        state = str(record.get("state") or "missing") if data else "missing"
+        duration = float(record.get("lease") or self.duration)
+        unchanged_long = now - since >= duration
+        dead = (state not in LIVE_STATES and state != "missing") or unchanged_long
+        return LeaseState(holder, state, int(record.get("incarnation") or 0), dead)
+
+    def declare_lost(self, holder: str, by: str) -> bool:
+        """Mark ``holder``'s lease lost, if it is still the record this watcher saw.
+
+        Returns ``True`` when this call wrote ``lost`` (exactly one observer does), or the
+        lease already says the holder ended or was lost; ``False`` when it was renewed in
+        between (the holder is alive after all).
+        """
+        seen = self._seen.get(holder)
+        if seen is None:
+            return False
+        version = seen[2]
+        if version is None:
+            return True  # no record, or no compare-and-swap: nothing to fence with
+        key = self.prefix + holder
+        try:
+            data, current = self.mailbox.get_versioned(key)
+        except LookupError:
+            return True
+        record = decode_record(data) or {}
+        if record.get("state") not in LIVE_STATES:
+            return True  # it ended, or another observer declared it first
+        if current != version:
+            return False  # renewed since we watched: alive
+        record.update(state="lost", lost_by=by, lost_at=time.time())
+        return self.mailbox.put_if_match(key, encode_record(record), version) is not None
