@@ -12,30 +12,47 @@ URL and options
     linked into place whole), but a crash of the *machine* may lose recent keys.
 
 Layout (internal; never edit by hand)
-    Each key segment becomes a directory ``SEG.d`` and the last one a file ``SEG.v``, so
-    ``a`` and ``a/b`` coexist (``a.v`` beside ``a.d/b.v``). Segments longer than
-    :data:`CHUNK_BYTES` are split into ``PART.c`` directories, so 1024-byte keys fit under
-    any ``NAME_MAX``. Every value file starts with a header carrying the write id that
-    stored it; that id is the key's :class:`~gradientmail.mailbox.Version`, so versions
-    never repeat (unlike mtimes or inode numbers). ``.tmp/`` holds staged writes and
-    ``.locks/`` the compare-and-swap lock stripes; neither can be named by a key.
+    Keys map to ``SEG.d`` directories and ``SEG.v`` files
+    (:mod:`gradientmail.backends.local_layout`). Every value file starts with a header
+    carrying the write id that stored it; that id is the key's
+    :class:`~gradientmail.mailbox.Version`, so versions never repeat (unlike mtimes or inode
+    numbers). ``.tmp/`` holds staged writes and ``.locks/`` the compare-and-swap lock
+    stripes; neither can be named by a key.
 
 Guarantees
     * ``put_if_absent`` is atomic across threads and processes: the value is written and
       fsynced to a staged file, then ``link()``-ed to its final name, which fails if the
       name exists. Readers never see a partly written value.
     * A crash mid-write leaves only a staged file in ``.tmp/``: invisible to ``list`` and
-      ``get``, and removed by the next open once its writer is gone.
-    * No key reaches outside the root: keys cannot contain ``..``, every path component is
-      opened relative to its parent with ``O_NOFOLLOW``, and a symlink planted inside the
-      root makes the operation fail rather than be followed.
+      ``get``, and removed by the next open once its lock is free. Liveness rests on that
+      lock, never on pids, so a live writer in any PID namespace or host keeps its file.
+    * Nothing outside the root is read, written or removed. Keys cannot contain ``..``, and
+      every name inside the root (key directories and files, ``.tmp``, ``.locks`` and
+      their entries) is opened relative to its parent with ``O_NOFOLLOW``: a symbolic link
+      planted inside the root is refused with a ``BackendError`` naming it, never followed.
+    * Only regular files and directories are used: a FIFO, socket or device where a value
+      or lock file belongs is refused at once with a ``BackendError`` naming it (opens
+      never block). ``put_if_absent`` over one raises rather than returning ``False``;
+      ``put`` replaces it.
+    * Directories below the root are opened afresh on every call, so a directory moved out
+      of the root receives no more writes. The root, ``.tmp`` and ``.locks`` stay open per
+      handle: if the root is removed, every call raises ``BucketNotFoundError`` (open the URL
+      again to start afresh); if it is renamed, the handle follows it.
     * ``put``, ``delete`` and compare-and-swap take a per-key lock (one of 256 ``flock``
       stripes plus a process-local lock), so CAS is linearizable against them across
       processes. ``put_if_absent`` needs no lock.
-    * ``list`` walks the tree lazily, one directory at a time, in ascending key order.
+    * An I/O error after a value was placed (the fsync of its directory) raises
+      ``OutcomeUnknownError``: the write is visible but may not survive a machine crash.
+    * Threads may share a handle: every listing reads through descriptors of its own.
+    * ``fork()`` is safe at any time, even while other threads write: the child never
+      inherits their locks or the handle's cached descriptors, and the parent never waits
+      for the child (:mod:`gradientmail.backends.local_fs`).
+    * ``list`` streams in ascending key order: one directory at a time, holding at most
+      :data:`~gradientmail.backends.local_layout.LIST_CHUNK` names of one directory.
 
 Empty directories left by ``delete`` are kept: removing them would race with a concurrent
-create below them. They cost nothing but a few inodes.
+create below them. They cost nothing but a few inodes. ``close()`` must not race with calls
+on the same handle from other threads.
 """
 
 from __future__ import annotations
@@ -43,85 +60,38 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
-import heapq
 import os
 import socket
-import stat as stat_mod
+import stat
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from gradientmail.backends import local_fs as fs
+from gradientmail.backends import local_layout as layout
 from gradientmail.backends.base import BaseMailbox, Conflict, Stat
+from gradientmail.backends.local_layout import CHUNK_BYTES
 from gradientmail.backends.options import file_url, parse_bool, parse_options, redact, split_url
 from gradientmail.errors import (
     AccessDeniedError,
     BackendError,
+    BucketNotFoundError,
     ConfigurationError,
     KeyNotFoundError,
+    OutcomeUnknownError,
 )
 from gradientmail.mailbox import Capability, Version
 
-__all__ = ["CHUNK_BYTES", "FileMailbox"]
+__all__ = ["CHUNK_BYTES", "FileMailbox"]  # CHUNK_BYTES: re-exported from local_layout
 
-#: Longest segment piece stored in one directory entry (well under every NAME_MAX).
-CHUNK_BYTES = 240
-_MAGIC = b"GM1 "
-_HEADER = len(_MAGIC) + 32 + 1  # magic, 32-hex write id, newline
-_STAGING = ".tmp"
-_LOCKS = ".locks"
-_STRIPES = 256
-#: Staged files older than this are removed on open even if their writer looks alive.
-STALE_STAGING_SECONDS = 3600.0
 _HOST = socket.gethostname().replace(".", "_")
 
-_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_PROCESS_LOCKS = [threading.Lock() for _ in range(_STRIPES)]
-#: Parent-directory descriptors kept open per mailbox and process (beyond that, opened and
-#: closed per operation).
-_PARENTS_CACHED = 256
 
-
-def _chunks(segment: str) -> list[str]:
-    """Split a segment into pieces of at most CHUNK_BYTES bytes, never inside a character."""
-    if len(segment.encode("utf-8")) <= CHUNK_BYTES:
-        return [segment]
-    pieces: list[str] = []
-    current: list[str] = []
-    size = 0
-    for char in segment:
-        width = len(char.encode("utf-8"))
-        if size + width > CHUNK_BYTES:
-            pieces.append("".join(current))
-            current, size = [], 0
-        current.append(char)
-        size += width
-    pieces.append("".join(current))
-    return pieces
-
-
-def _encode(key: str) -> tuple[list[str], str]:
-    """Map a valid key to (directory names, leaf file name)."""
-    names: list[str] = []
-    segments = key.split("/")
-    for index, segment in enumerate(segments):
-        pieces = _chunks(segment)
-        names.extend(piece + ".c" for piece in pieces[:-1])
-        names.append(pieces[-1] + (".v" if index == len(segments) - 1 else ".d"))
-    return names[:-1], names[-1]
-
-
-def _header(write_id: str) -> bytes:
-    return _MAGIC + write_id.encode("ascii") + b"\n"
-
-
-def _parse_header(raw: bytes, key: str, where: str) -> str:
-    if len(raw) < _HEADER or not raw.startswith(_MAGIC) or raw[_HEADER - 1 : _HEADER] != b"\n":
-        raise BackendError(
-            "value file has no gradientmail header; was it written by hand?", key=key, backend=where
-        )
-    return raw[len(_MAGIC) : _HEADER - 1].decode("ascii")
+def _inside(exc: OSError, *names: str) -> OSError:
+    """Name the failing entry by its path inside the root, for the message."""
+    exc.filename = "/".join(names)
+    return exc
 
 
 class FileMailbox(BaseMailbox):
@@ -136,17 +106,21 @@ class FileMailbox(BaseMailbox):
         super().__init__(file_url(root), options)
         self.root = root
         self.fsync = fsync
-        self._fds: tuple[int, int, int, int] | None = None  # pid, root, staging, locks
-        # Descriptors of parent directories, by encoded path, for this process. gradientmail
-        # never removes a directory inside the root, so a cached descriptor stays valid.
-        self._parents: dict[tuple[str, ...], int] = {}
-        self._fd_lock = threading.Lock()
+        self._cached: fs.RootDirs | None = None  # root, .tmp and .locks, opened once per process
+        self._cache_lock = threading.Lock()
         try:
-            os.makedirs(os.path.join(root, _STAGING), exist_ok=True)
-            os.makedirs(os.path.join(root, _LOCKS), exist_ok=True)
+            os.makedirs(root, exist_ok=True)
+        except FileExistsError as exc:
+            raise BackendError(
+                f"{root} exists and is not a directory; choose another path", backend=self.url
+            ) from exc
         except OSError as exc:
             raise self._map(exc, None) from exc
-        self._sweep_staging()
+        try:
+            fs.sweep_staging(self._dirs().staging)
+        except OSError as exc:
+            raise self._map(exc, None) from exc
+        fs.register_for_fork(self)
 
     @classmethod
     def open(cls, url: str, **options: Any) -> FileMailbox:
@@ -169,68 +143,136 @@ class FileMailbox(BaseMailbox):
         root = os.path.normpath(split.path)
         return cls(root, fsync=opts["fsync"])
 
-    # -- descriptors, errors, locks ---------------------------------------------------------
+    # -- descriptors and errors -------------------------------------------------------------
 
-    def _dirs(self) -> tuple[int, int, int]:
-        """Descriptors of root, staging and locks, opened once per process."""
-        fds = self._fds
-        if fds is None or fds[0] != os.getpid():
-            with self._fd_lock:
-                fds = self._fds
-                if fds is None or fds[0] != os.getpid():
-                    root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                    staging = os.open(_STAGING, _O_DIR, dir_fd=root)
-                    locks = os.open(_LOCKS, _O_DIR, dir_fd=root)
-                    fds = (os.getpid(), root, staging, locks)
-                    self._parents = {}  # a forked child must not share the parent's cache
-                    self._fds = fds
-        return fds[1], fds[2], fds[3]
+    def _dirs(self) -> fs.RootDirs:
+        dirs = self._cached
+        if dirs is None:
+            with self._cache_lock:
+                dirs = self._cached
+                if dirs is None:
+                    try:
+                        with fs.fork_gate():  # a fork sees these either cached or not yet open
+                            dirs = self._cached = fs.open_root(self.root)
+                    except FileNotFoundError as exc:
+                        if exc.filename == self.root:
+                            raise self._removed() from exc
+                        raise self._map(exc, None) from exc
+                    except OSError as exc:
+                        raise self._map(exc, None) from exc
+        return dirs
 
     def close(self) -> None:
         """Close cached directory descriptors; they reopen on next use."""
-        with self._fd_lock:
-            fds, self._fds = self._fds, None
-            parents, self._parents = self._parents, {}
-        if fds is not None and fds[0] == os.getpid():
-            for fd in (*fds[1:], *parents.values()):
-                os.close(fd)
+        with self._cache_lock:
+            self._drop_cached()
 
     def __del__(self) -> None:
+        self._drop_cached()
+
+    def _after_fork_in_child(self) -> None:
+        """Drop the parent's descriptors (called in a forked child by ``local_fs``)."""
+        self._cache_lock = threading.Lock()
+        self._drop_cached()  # closes the child's copies only
+
+    def _drop_cached(self) -> None:
+        dirs, self._cached = getattr(self, "_cached", None), None
+        for fd in dirs or ():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _where(self, name: object) -> str:
+        if isinstance(name, str) and name:
+            return name if os.path.isabs(name) else os.path.join(self.root, name)
+        return self.root
+
+    def _root_gone(self) -> bool:
+        dirs = self._cached
         try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing useful to report
-            pass
+            if dirs is not None:
+                return os.fstat(dirs.root).st_nlink == 0
+            return not os.path.isdir(self.root)
+        except OSError:
+            return False
+
+    def _removed(self) -> BucketNotFoundError:
+        return BucketNotFoundError(
+            f"the mailbox directory {self.root} was removed after this mailbox was opened; "
+            "open the URL again to start afresh",
+            backend=self.url,
+        )
+
+    def _foreign(self, mode: int, name: str, key: str | None) -> BackendError:
+        return BackendError(
+            f"{self._where(name)} is a {fs.kind(mode)}, not a regular file; gradientmail keeps "
+            "only regular files and directories inside a file:// root: remove it",
+            key=key,
+            backend=self.url,
+        )
 
     def _map(self, exc: OSError, key: str | None) -> BackendError:
-        """The one place OS errors become gradientmail errors."""
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-            return BackendError(
-                "a path component inside the mailbox root is a symbolic link or not a "
-                "directory; gradientmail never follows links inside a file:// root",
-                key=key,
-                backend=self.url,
-            )
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        """The one place OS errors become gradientmail errors, naming the entry involved."""
+        path = self._where(exc.filename)
+        code = exc.errno
+        if code == errno.ENOENT and self._root_gone():
+            return self._removed()
+        if code in (errno.EACCES, errno.EPERM, errno.EROFS):
             return AccessDeniedError(
-                f"permission denied ({exc.strerror}); check the directory's owner and mode",
+                f"permission denied on {path} ({exc.strerror}); check its owner and mode",
                 key=key,
                 backend=self.url,
             )
-        return BackendError(f"filesystem error: {exc.strerror or exc}", key=key, backend=self.url)
+        if code == errno.ELOOP:
+            message = (
+                f"{path} is a symbolic link; gradientmail never follows links inside a "
+                "file:// root: remove it"
+            )
+        elif code == errno.ENOTDIR:
+            message = f"{path} is not a directory, but gradientmail keeps one there: remove it"
+        elif code == errno.EISDIR:
+            message = f"{path} is a directory where gradientmail keeps a file: remove it"
+        else:
+            message = f"filesystem error on {path}: {exc.strerror or exc}"
+        return BackendError(message, key=key, backend=self.url)
+
+    def _write_id(self, raw: bytes, key: str) -> str:
+        write_id = layout.parse_header(raw)
+        if write_id is None:
+            raise BackendError(
+                "value file has no gradientmail header; was it written by hand?",
+                key=key,
+                backend=self.url,
+            )
+        return write_id
+
+    def _landed(self, exc: OSError, key: str) -> OutcomeUnknownError:
+        return OutcomeUnknownError(
+            f"the value was placed, but an I/O error followed ({exc.strerror or exc}), so it "
+            "may not survive a machine crash; read the key back to see what is stored",
+            key=key,
+            backend=self.url,
+        )
 
     @contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         stripe = hashlib.blake2b(key.encode("utf-8"), digest_size=2).digest()[0]
-        _, _, locks = self._dirs()
-        with _PROCESS_LOCKS[stripe]:
-            fd = os.open(
-                f"{stripe:02x}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644, dir_fd=locks
-            )
+        name = f"{stripe:02x}"
+        locks = self._dirs().locks
+        with fs.stripe_lock(stripe):
             try:
+                fd = fs.open_held(name, os.O_RDWR | os.O_CREAT | fs.O_FILE, locks)
+            except OSError as exc:
+                raise _inside(exc, fs.LOCKS, name) from None
+            try:
+                mode = os.fstat(fd).st_mode
+                if not stat.S_ISREG(mode):
+                    raise self._foreign(mode, f"{fs.LOCKS}/{name}", key)
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
-                os.close(fd)  # closing releases the flock
+                fs.close_held(fd)  # releases the flock
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -238,110 +280,112 @@ class FileMailbox(BaseMailbox):
     def _parent(self, names: list[str], *, create: bool) -> Iterator[int | None]:
         """The directory holding the leaf, or ``None`` if it is missing and not created.
 
-        Opened component by component relative to the root, never following a link. Up to
-        :data:`_PARENTS_CACHED` descriptors are kept open per process, which saves three
-        system calls on every operation under a known directory.
+        Opened from the root component by component with ``O_NOFOLLOW``, afresh on every
+        call: a cached descriptor would follow a directory moved out of the root.
         """
-        root, _, _ = self._dirs()
-        key = tuple(names)
-        cached = self._parents.get(key)
-        if cached is not None:
-            yield cached
-            return
-        fd = os.dup(root)
+        root = self._dirs().root
+        fd = root
         try:
-            for name in names:
-                try:
-                    child = os.open(name, _O_DIR, dir_fd=fd)
-                except FileNotFoundError:
-                    if not create:
-                        os.close(fd)
-                        fd = -1
-                        break
-                    try:
-                        os.mkdir(name, 0o755, dir_fd=fd)
-                    except FileExistsError:
-                        pass
-                    child = os.open(name, _O_DIR, dir_fd=fd)
-                os.close(fd)
+            for depth, name in enumerate(names, 1):
+                child = self._subdir(fd, name, create, names[:depth])
+                if fd != root:
+                    os.close(fd)
                 fd = child
-        except BaseException:
-            os.close(fd)
-            raise
-        if fd < 0:
-            yield None
-            return
-        with self._fd_lock:
-            keep = len(self._parents) < _PARENTS_CACHED and key not in self._parents
-            if keep:
-                self._parents[key] = fd
-        try:
-            yield fd
+                if fd < 0:
+                    break
+            yield fd if fd >= 0 else None
         finally:
-            if not keep:
+            if fd not in (root, -1):
                 os.close(fd)
 
-    def _stage(self, data: bytes, write_id: str) -> str:
-        """Write header and data to a new file in .tmp/, fsynced; return its name."""
-        _, staging, _ = self._dirs()
-        name = f"{_HOST}.{os.getpid()}.{write_id}"  # write ids are unique
-        fd = os.open(
-            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=staging
-        )
+    @staticmethod
+    def _subdir(parent: int, name: str, create: bool, path: list[str]) -> int:
+        """Open (or make) one directory; -1 if it is missing and ``create`` is false."""
         try:
-            view = memoryview(_header(write_id) + data)
+            try:
+                return fs.open_dir(name, parent)
+            except FileNotFoundError:
+                if not create:
+                    return -1
+            try:
+                os.mkdir(name, 0o755, dir_fd=parent)
+            except FileExistsError:
+                pass  # a concurrent create
+            return fs.open_dir(name, parent)
+        except OSError as exc:
+            raise _inside(exc, *path) from None
+
+    def _publish(
+        self, key: str, data: bytes, write_id: str, place: Callable[[str, int, str, str], None]
+    ) -> None:
+        """Stage the value, then ``place(staged, parent_fd, leaf, path)`` it, fsyncing the dir.
+
+        The staged file stays locked until it is placed or removed (see ``local_fs``). An
+        error once ``place`` has succeeded raises ``OutcomeUnknownError``.
+        """
+        names, leaf = layout.encode(key)
+        staging = self._dirs().staging
+        try:
+            staged, fd = fs.create_staged(staging, f"{_HOST}.{os.getpid()}.{write_id}")
+        except OSError as exc:
+            raise _inside(exc, fs.STAGING, str(exc.filename or "")) from None
+        placed = False
+        try:
+            view = memoryview(layout.header(write_id) + data)
             while view:
                 view = view[os.write(fd, view) :]
             if self.fsync:
                 os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(name, dir_fd=staging)
-            raise
-        os.close(fd)
-        return name
-
-    def _unstage(self, name: str) -> None:
-        _, staging, _ = self._dirs()
-        try:
-            os.unlink(name, dir_fd=staging)
-        except FileNotFoundError:
-            pass
-
-    def _publish(
-        self, key: str, data: bytes, write_id: str, place: Callable[[str, int, str], None]
-    ) -> None:
-        """Stage the value, then ``place(staged, parent_fd, leaf)`` it, fsyncing the dir."""
-        names, leaf = _encode(key)
-        staged = self._stage(data, write_id)
-        try:
             with self._parent(names, create=True) as parent:
                 assert parent is not None
-                place(staged, parent, leaf)
+                place(staged, parent, leaf, "/".join([*names, leaf]))
+                placed = True
                 if self.fsync:
                     os.fsync(parent)
+        except OSError as exc:
+            if placed:
+                raise self._landed(exc, key) from exc
+            raise
         finally:
-            self._unstage(staged)
+            fs.discard_staged(staging, staged, fd)
 
-    def _open_leaf(self, key: str) -> int | None:
-        names, leaf = _encode(key)
+    def _open_value(self, key: str) -> int | None:
+        """A descriptor of the key's value file, or ``None`` if there is none."""
+        names, leaf = layout.encode(key)
         with self._parent(names, create=False) as parent:
             if parent is None:
                 return None
             try:
-                return os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+                fd = os.open(leaf, os.O_RDONLY | fs.O_FILE, dir_fd=parent)
             except FileNotFoundError:
                 return None
+            except OSError as exc:
+                raise _inside(exc, *names, leaf) from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise self._foreign(mode, "/".join([*names, leaf]), key)
+        return fd
 
     # -- primitives -------------------------------------------------------------------------
 
     def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
-        _, staging, _ = self._dirs()
-
-        def link(staged: str, parent: int, leaf: str) -> None:
-            os.link(staged, leaf, src_dir_fd=staging, dst_dir_fd=parent, follow_symlinks=False)
+        def link(staged: str, parent: int, leaf: str, path: str) -> None:
+            try:
+                os.link(staged, leaf, src_dir_fd=staging, dst_dir_fd=parent, follow_symlinks=False)
+            except FileExistsError:
+                try:
+                    mode = os.stat(leaf, dir_fd=parent, follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    raise  # deleted since; the name was taken when we tried: we lost
+                if not stat.S_ISREG(mode):  # not a value: saying "someone else won" would lie
+                    raise self._foreign(mode, path, key) from None
+                raise
+            except OSError as exc:
+                raise _inside(exc, path) from None
 
         try:
+            staging = self._dirs().staging
             self._publish(key, data, write_id, link)
         except FileExistsError:
             return Conflict.LOST
@@ -351,33 +395,36 @@ class FileMailbox(BaseMailbox):
 
     def _read(self, key: str) -> tuple[bytes, Version]:
         try:
-            fd = self._open_leaf(key)
+            fd = self._open_value(key)
             if fd is None:
-                raise KeyNotFoundError(key, self.url)
+                raise self._removed() if self._root_gone() else KeyNotFoundError(key, self.url)
             with os.fdopen(fd, "rb") as handle:
                 raw = handle.read()
         except OSError as exc:
             raise self._map(exc, key) from exc
-        write_id = _parse_header(raw, key, self.url)
-        return raw[_HEADER:], Version(write_id)
+        return raw[layout.HEADER_BYTES :], Version(self._write_id(raw, key))
 
     def _stat(self, key: str) -> Stat | None:
         try:
-            fd = self._open_leaf(key)
+            fd = self._open_value(key)
             if fd is None:
+                if self._root_gone():
+                    raise self._removed()
                 return None
             try:
-                raw = os.pread(fd, _HEADER, 0)
+                raw = os.pread(fd, layout.HEADER_BYTES, 0)
             finally:
                 os.close(fd)
         except OSError as exc:
             raise self._map(exc, key) from exc
-        write_id = _parse_header(raw, key, self.url)
+        write_id = self._write_id(raw, key)
         return Stat(Version(write_id), write_id)
 
-    def _rename_into_place(self, staged: str, parent: int, leaf: str) -> None:
-        _, staging, _ = self._dirs()
-        os.rename(staged, leaf, src_dir_fd=staging, dst_dir_fd=parent)
+    def _rename_into_place(self, staged: str, parent: int, leaf: str, path: str) -> None:
+        try:
+            os.rename(staged, leaf, src_dir_fd=self._dirs().staging, dst_dir_fd=parent)
+        except OSError as exc:
+            raise _inside(exc, path) from None
 
     def _write(self, key: str, data: bytes, write_id: str) -> None:
         try:
@@ -387,7 +434,7 @@ class FileMailbox(BaseMailbox):
             raise self._map(exc, key) from exc
 
     def _delete(self, key: str) -> None:
-        names, leaf = _encode(key)
+        names, leaf = layout.encode(key)
         try:
             with self._locked(key), self._parent(names, create=False) as parent:
                 if parent is None:
@@ -396,6 +443,8 @@ class FileMailbox(BaseMailbox):
                     os.unlink(leaf, dir_fd=parent)
                 except FileNotFoundError:
                     pass
+                except OSError as exc:
+                    raise _inside(exc, *names, leaf) from None
         except OSError as exc:
             raise self._map(exc, key) from exc
 
@@ -412,100 +461,18 @@ class FileMailbox(BaseMailbox):
             raise self._map(exc, key) from exc
         return Version(write_id)
 
-    # -- listing ----------------------------------------------------------------------------
-
     def _iter_keys(self, prefix: str) -> Iterator[str]:
-        return self._walk(None, "", "", prefix)
+        return self._list(prefix)
 
-    def _walk(
-        self, parent: int | None, name: str, base: str, prefix: str
-    ) -> Generator[str, None, None]:
-        """Yield keys below directory ``name`` of ``parent`` (the root if ``parent`` is None).
-
-        Every key below starts with ``base``. Children are merged lazily by a heap keyed on
-        a lower bound of their keys: a leaf's bound is its key, a directory's is its key
-        prefix. A subdirectory is opened only when its bound is the smallest, so the walk
-        holds few descriptors and yields keys in exact ascending order, even where ``x.c``
-        and ``x.d`` siblings interleave.
-        """
+    def _list(self, prefix: str) -> Generator[str, None, None]:
         try:
-            if parent is None:
-                fd = os.dup(self._dirs()[0])
-            else:
-                fd = os.open(name, _O_DIR, dir_fd=parent)
+            root = self._dirs().root
+            if os.fstat(root).st_nlink == 0:
+                raise self._removed()
+            fd = os.open(".", fs.O_DIR, dir_fd=root)  # a read position of this listing's own
         except OSError as exc:
-            if parent is None:
-                raise self._map(exc, None) from exc
-            return  # vanished, or a planted symlink: never followed
-        heap: list[tuple[str, int, int, Generator[str, None, None] | None, str]] = []
+            raise self._map(exc, None) from exc
         try:
-            for order, entry in enumerate(os.listdir(fd)):
-                stem, suffix = entry[:-2], entry[-2:]
-                if suffix == ".v":
-                    bound = base + stem
-                    wanted = bound.startswith(prefix)
-                elif suffix in (".d", ".c"):
-                    bound = base + stem + ("/" if suffix == ".d" else "")
-                    wanted = bound.startswith(prefix) or prefix.startswith(bound)
-                else:
-                    continue  # .tmp, .locks and anything foreign
-                if wanted:
-                    heap.append((bound, 0 if suffix == ".v" else 1, order, None, entry))
-            heapq.heapify(heap)
-            while heap:
-                bound, _, order, child, entry = heapq.heappop(heap)
-                if child is None and entry.endswith(".v"):
-                    if self._is_file(fd, entry):
-                        yield bound
-                    continue
-                if child is None:
-                    child = self._walk(fd, entry, bound, prefix)
-                else:
-                    yield bound
-                following = next(child, None)
-                if following is not None:
-                    heapq.heappush(heap, (following, 0, order, child, entry))
-        finally:
-            for item in heap:
-                if item[3] is not None:
-                    item[3].close()
-            os.close(fd)
-
-    @staticmethod
-    def _is_file(fd: int, name: str) -> bool:
-        try:
-            return stat_mod.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
-        except FileNotFoundError:
-            return False
-
-    # -- housekeeping -----------------------------------------------------------------------
-
-    def _sweep_staging(self) -> None:
-        """Remove staged files whose writer is gone (same host, dead pid) or that are stale."""
-        staging_path = os.path.join(self.root, _STAGING)
-        now = time.time()
-        try:
-            names = os.listdir(staging_path)
-        except OSError:
-            return
-        for name in names:
-            host, _, rest = name.partition(".")
-            pid_text = rest.partition(".")[0]
-            path = os.path.join(staging_path, name)
-            try:
-                stale = now - os.lstat(path).st_mtime > STALE_STAGING_SECONDS
-                dead = host == _HOST and pid_text.isdigit() and not _pid_alive(int(pid_text))
-                if stale or dead:
-                    os.unlink(path)
-            except OSError:
-                continue
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+            yield from layout.walk(fd, "", prefix)
+        except OSError as exc:
+            raise self._map(exc, None) from exc
