@@ -143,14 +143,16 @@ def test_composes_with_shared_queue_and_records_units(box: Mailbox) -> None:
     assert body["units_claimed"] == 4
     assert body["units_finished"] == 4
     assert body["samples"] == 8
-    for identifier, claimed, started, finished in body["units"]:
+    for identifier, claimed, started, finished, reclaimed in body["units"]:
         assert identifier in units
         assert claimed <= started <= finished
+        assert reclaimed is False
 
 
 def test_a_queue_reports_only_to_the_session_of_its_learner(box: Mailbox) -> None:
     units = {"u": 1}
     with (
+        pytest.warns(RuntimeWarning, match="found an active Session for 'a', not for 'b'"),
         Session(box, "a", publish_every=60) as a,
         shared_queue(units, mailbox=box, learner_id="b", load=lambda u: [u]) as items,
     ):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,9 @@ def test_status_reports_the_right_units_and_samples(box: Mailbox) -> None:
         assert record["samples"] == 2 * learner_stats.units_finished * (n + 1)
         assert record["state"] == "finished"
     text = format_status(status)
-    assert f"{len(UNITS)} claimed of {len(UNITS)}" in text
-    assert "0 left" in text
-    assert "ETA done" in text
+    assert f"units: {len(UNITS)} done of {len(UNITS)}, 0 in progress" in text
+    assert "0 free" in text
+    assert "ETA complete" in text
 
 
 def test_status_works_while_the_run_is_in_progress(box: Mailbox) -> None:
@@ -86,7 +87,11 @@ def test_status_works_while_the_run_is_in_progress(box: Mailbox) -> None:
     thread.start()
     try:
         assert halfway.wait(30)
+        # Completions are recorded by a background thread: wait (bounded) for the third.
+        deadline = time.monotonic() + 30
         status = read_status(box)
+        while status.done < 3 and time.monotonic() < deadline:
+            status = read_status(box)
         (record,) = status.learners
         assert record["state"] == "running"
         assert record["samples"] == 40
@@ -119,7 +124,7 @@ def test_cli_prints_the_table_and_exits_0(
     out = capsys.readouterr().out
     assert "l0" in out
     assert "finished" in out
-    assert "0 left" in out
+    assert "0 free" in out
     assert main(["status", url, "--watch", "--interval", "0.01"]) == 0, "a finished run ends watch"
 
 

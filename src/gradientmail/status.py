@@ -1,48 +1,49 @@
-"""``gradientmail status URL``: a run's learners, units left and ETA, read from its mailbox.
+"""What a run's mailbox says about it: learners, units done and left, ETA.
 
-Works during a run and after it: it only reads. ``--watch`` redraws the table every
-``--interval`` seconds until every learner has stopped; ``--plot run.png`` also draws a
-Gantt chart (needs matplotlib: ``pip install 'gradientmail[plot]'``). The exit status is 0,
-or 1 when a learner recorded a failure.
+``gradientmail status URL`` prints this; :func:`read_status` returns it. It only reads. The
+run's keys are described in :mod:`gradientmail.patterns.progress`.
 
-Run layout (the keys a run's mailbox holds)
-    ``manifest``
-        ``{"units": total, "created_at": unix seconds}``, created with ``put_if_absent`` by
-        the first ``shared_queue`` to start. Without it the total is unknown and status shows
-        no ETA.
-    ``units/{identifier}``
-        One claim per unit taken, ``{"owner": learner id, "token": ..., "claimed_at": ...}``
-        (see :func:`gradientmail.patterns.common.claim`). Status counts these keys.
-    ``learners/{learner_id}``
-        A :class:`~gradientmail.session.Session`'s progress record, rewritten every publish
-        period and on exit::
+Learners
+    One row per learner that registered a progress record (``learners/{id}``, written by a
+    :class:`~gradientmail.session.Session`) or holds a lease (``leases/{id}``). Its state:
 
-            {"learner", "state": "running" | "finished" | "failed", "error": type or null,
-             "started_at", "updated_at", "finished_at" (unix seconds or null),
-             "steps", "samples", "rate" (smoothed samples/s),
-             "units_claimed", "units_finished", "publish_every",
-             "units": [[identifier, claimed_at, started_at, finished_at], ...]}
+    * ``running``: its lease is being renewed;
+    * ``finished`` / ``failed`` (with the error's type) / ``released`` (left early);
+    * ``lost``: its lease was declared lost by another learner, or was not renewed for
+      longer than the lease by the renewal time it records. That time is the learner's wall
+      clock, so a large clock difference between hosts can mislabel a learner here; the
+      learners themselves never rely on it. A lost learner has no ETA.
 
-The table shows, per learner: state, units claimed and finished, samples, rate, and the age
-of its last report. Below it: units claimed out of the total, units left (not finished), and
-an ETA: units left ÷ the run's unit finish rate so far.
+Units (of the newest epoch, or ``--epoch``)
+    ``done`` (completion records), ``in progress`` (claimed, not done, not released),
+    ``reclaimed`` (taken over from a learner that died or left) and ``free`` (the rest).
+    On a store without compare-and-swap, claims are permanent: a lost learner's units stay
+    in progress forever, and the report says so.
 
-In the Gantt chart each row is a learner and each bar a unit, from its start (first item
-trained) to its finish, coloured by lane. A unit's lane is its identifier up to the last
-``-`` (``lane2-0017`` → ``lane2``); identifiers without ``-`` share one colour.
+The ETA is units left ÷ the run's completion rate so far, shown while a learner runs.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
-from gradientmail.errors import KeyNotFoundError, MissingDependencyError
-from gradientmail.mailbox import Mailbox
+from gradientmail.errors import MissingDependencyError
+from gradientmail.mailbox import Capability, Mailbox
+from gradientmail.patterns.claims import decode_record, parse_claim, read_record
+from gradientmail.patterns.progress import (
+    EPOCHS_PREFIX,
+    LEARNERS_PREFIX,
+    LEASES_PREFIX,
+    MANIFEST_KEY,
+    RunLayout,
+)
 
-__all__ = ["RunStatus", "format_status", "lane_of", "plot_gantt", "read_status"]
+__all__ = ["RunStatus", "format_status", "lane_of", "latest_epoch", "plot_gantt", "read_status"]
+
+#: A lease not renewed for this many lease durations (by its recorded time) reads as lost.
+EXPIRED_AFTER = 1.5
 
 
 @dataclass
@@ -52,25 +53,59 @@ class RunStatus:
     now: float
     #: units in the run (from ``manifest``), or ``None`` if no queue wrote one.
     total: int | None
-    #: claim keys under ``units/``.
+    #: claim keys of the epoch.
     claimed: int
-    #: progress records, sorted by learner id.
+    #: the epoch shown.
+    epoch: int = 0
+    #: units with a completion record.
+    done: int = 0
+    #: claimed, not done, not released.
+    in_progress: int = 0
+    #: units taken over from another learner.
+    reclaimed: int = 0
+    #: whether the store can take over units (compare-and-swap).
+    takeovers: bool = True
+    #: progress records merged with leases, sorted by learner id; each has a ``state``.
     learners: list[dict[str, Any]] = field(default_factory=list)
+    #: keys that could not be read as records (named in the report, never fatal).
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def exists(self) -> bool:
+        """Whether the mailbox holds a run at all."""
+        return self.total is not None or bool(self.learners) or self.claimed > 0
 
     @property
     def finished(self) -> int:
-        """Units finished, summed over learners."""
-        return sum(int(r.get("units_finished") or 0) for r in self.learners)
+        """Units done (completion records)."""
+        return self.done
+
+    @property
+    def free(self) -> int | None:
+        """Units nobody holds (``None`` when the total is unknown)."""
+        if self.total is None:
+            return None
+        return max(0, self.total - self.done - self.in_progress)
 
     @property
     def left(self) -> int | None:
-        """Units not finished yet (``None`` when the total is unknown)."""
-        return None if self.total is None else max(0, self.total - self.finished)
+        """Units not done yet (``None`` when the total is unknown)."""
+        return None if self.total is None else max(0, self.total - self.done)
+
+    @property
+    def complete(self) -> bool:
+        """Every unit is done."""
+        return self.total is not None and self.done >= self.total
 
     @property
     def running(self) -> bool:
-        """Whether any learner is still running."""
+        """Whether any learner is still running (holds a live lease)."""
         return any(r.get("state") == "running" for r in self.learners)
+
+    @property
+    def stalled(self) -> bool:
+        """Work is left, learners were here, and none of them is running."""
+        return not self.complete and bool(self.learners) and not self.running
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -80,42 +115,112 @@ class RunStatus:
     @property
     def started_at(self) -> float | None:
         """When the first learner started."""
-        starts = [float(r["started_at"]) for r in self.learners if r.get("started_at")]
+        starts = [float(r["started_at"]) for r in self.learners if _number(r.get("started_at"))]
         return min(starts) if starts else None
 
     def eta(self) -> float | None:
-        """Seconds until every unit is finished at the rate so far, or ``None`` if unknown."""
+        """Seconds until every unit is done at the rate so far, or ``None`` if unknown."""
         left, start = self.left, self.started_at
         if left is None or start is None:
             return None
         if left == 0:
             return 0.0
-        if not self.running or self.finished == 0:
+        if not self.running or self.done == 0:
             return None
-        return left * (self.now - start) / self.finished
+        return left * (self.now - start) / self.done
 
 
-def read_status(mailbox: Mailbox) -> RunStatus:
-    """Read the manifest, count claims and read every learner's record."""
-    total: int | None = None
-    try:
-        manifest = json.loads(mailbox.get("manifest"))
-        if isinstance(manifest, dict) and isinstance(manifest.get("units"), int):
-            total = manifest["units"]
-    except (KeyNotFoundError, ValueError):
+def _number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def latest_epoch(mailbox: Mailbox) -> int:
+    """The highest epoch with any key under ``epochs/{k}/``; 0 when there is none."""
+    best = 0
+    for key in mailbox.list(EPOCHS_PREFIX):
+        head = key[len(EPOCHS_PREFIX) :].split("/", 1)[0]
+        if head.isdigit():
+            best = max(best, int(head))
+    return best
+
+
+def _learner_state(record: dict[str, Any], lease: dict[str, Any] | None, now: float) -> str:
+    if lease is not None:
+        state = lease.get("state")
+        renewed, duration = lease.get("renewed_at"), lease.get("lease")
+        if state == "lost":
+            return "lost"
+        expired = (
+            _number(renewed) and _number(duration) and now - renewed > EXPIRED_AFTER * duration
+        )
+        if state == "running" and expired:
+            return "lost"
+        if state in ("released", "finished") and record.get("state") in (None, "running"):
+            return str(state)
+    return str(record.get("state") or (lease or {}).get("state") or "?")
+
+
+def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
+    """Read the manifest, the epoch's claims and completions, leases and progress records."""
+    now = time.time()
+    unreadable: list[str] = []
+    manifest = read_record(mailbox, MANIFEST_KEY)
+    total = manifest.get("units") if manifest else None
+    if not isinstance(total, int) or isinstance(total, bool):
         total = None
-    claimed = sum(1 for _ in mailbox.list("units/"))
-    learners = []
-    for key in mailbox.list("learners/"):
+    layout = RunLayout(latest_epoch(mailbox) if epoch is None else epoch)
+    claimed = {key[len(layout.units) :] for key in mailbox.list(layout.units)}
+    done = {key[len(layout.done) :] for key in mailbox.list(layout.done)}
+    reclaimed = sum(1 for _ in mailbox.list(layout.reclaimed))
+    in_progress = 0
+    for ident in claimed - done:
         try:
-            record = json.loads(mailbox.get(key))
-        except (KeyNotFoundError, ValueError):
+            claim = parse_claim(mailbox.get(layout.units + ident))
+        except LookupError:
             continue
-        if isinstance(record, dict):
-            record.setdefault("learner", key.split("/", 1)[1])
-            learners.append(record)
-    learners.sort(key=lambda r: str(r.get("learner")))
-    return RunStatus(now=time.time(), total=total, claimed=claimed, learners=learners)
+        if claim is None or claim.extra.get("state") not in ("released", "done"):
+            in_progress += 1
+    leases: dict[str, dict[str, Any]] = {}
+    for key in mailbox.list(LEASES_PREFIX):
+        try:
+            body = decode_record(mailbox.get(key))
+        except LookupError:
+            continue
+        if body is None:
+            unreadable.append(key)
+            continue
+        leases[key[len(LEASES_PREFIX) :]] = body
+    learners: dict[str, dict[str, Any]] = {}
+    for key in mailbox.list(LEARNERS_PREFIX):
+        try:
+            body = decode_record(mailbox.get(key))
+        except LookupError:
+            continue
+        if body is None:
+            unreadable.append(key)
+            continue
+        learners[key[len(LEARNERS_PREFIX) :]] = body
+    for name in leases:
+        learners.setdefault(name, {})
+    rows = []
+    for name, record in learners.items():
+        row = dict(record)
+        row["learner"] = name
+        row["state"] = _learner_state(record, leases.get(name), now)
+        rows.append(row)
+    rows.sort(key=lambda r: str(r["learner"]))
+    return RunStatus(
+        now=now,
+        total=total,
+        claimed=len(claimed),
+        epoch=layout.epoch,
+        done=len(done),
+        in_progress=in_progress,
+        reclaimed=reclaimed,
+        takeovers=mailbox.supports(Capability.COMPARE_AND_SWAP),
+        learners=rows,
+        unreadable=unreadable,
+    )
 
 
 def _duration(seconds: float | None) -> str:
@@ -129,6 +234,10 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def _int(value: object) -> str:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "0"
+
+
 def format_status(status: RunStatus) -> str:
     """The status table as text."""
     header = ("learner", "state", "claimed", "finished", "samples", "rate/s", "last report")
@@ -138,15 +247,16 @@ def format_status(status: RunStatus) -> str:
         if state == "failed" and r.get("error"):
             state = f"failed ({r['error']})"
         updated = r.get("updated_at")
-        age = f"{_duration(status.now - float(updated))} ago" if updated else "never"
+        age = f"{_duration(status.now - float(updated))} ago" if _number(updated) else "never"
+        rate = r.get("rate")
         rows.append(
             (
                 str(r.get("learner")),
                 state,
-                str(r.get("units_claimed", 0)),
-                str(r.get("units_finished", 0)),
-                str(r.get("samples", 0)),
-                f"{float(r.get('rate') or 0.0):.1f}",
+                _int(r.get("units_claimed")),
+                _int(r.get("units_finished")),
+                _int(r.get("samples")),
+                f"{float(rate):.1f}" if _number(rate) else "-",
                 age,
             )
         )
@@ -159,16 +269,33 @@ def format_status(status: RunStatus) -> str:
     if not rows:
         lines.append("(no learner has registered yet)")
     total = "?" if status.total is None else str(status.total)
-    left = "?" if status.left is None else str(status.left)
-    if status.left == 0 and status.total is not None:
-        eta = "done"
+    free = "?" if status.free is None else str(status.free)
+    if status.complete:
+        eta = "complete"
+    elif status.stalled:
+        eta = "none: no learner is running"
     else:
         eta = _duration(status.eta())
+    epoch = f" (epoch {status.epoch})" if status.epoch else ""
     lines.append("")
     lines.append(
-        f"units: {status.claimed} claimed of {total}, {status.finished} finished, "
-        f"{left} left; ETA {eta}"
+        f"units{epoch}: {status.done} done of {total}, {status.in_progress} in progress, "
+        f"{status.reclaimed} reclaimed, {free} free; ETA {eta}"
     )
+    if status.complete:
+        lines.append("run complete: every unit is done")
+    elif status.stalled:
+        lines.append(
+            "stalled: work is left but no live learner holds a lease; start a learner with "
+            "the same job to finish it (it resumes where the run stopped)"
+        )
+    if not status.takeovers:
+        lines.append(
+            "note: this store has no compare-and-swap, so claims are permanent: units of a "
+            "lost learner are not taken over"
+        )
+    for key in status.unreadable:
+        lines.append(f"warning: {key} does not hold a readable record; skipped")
     return "\n".join(lines)
 
 
@@ -177,8 +304,34 @@ def lane_of(identifier: str) -> str:
     return identifier.rsplit("-", 1)[0] if "-" in identifier else ""
 
 
+def _bars(status: RunStatus, origin: float) -> tuple[list[str], list[tuple[Any, ...]], float]:
+    labels, bars = [], []
+    end_of_run = origin
+    for row, record in enumerate(status.learners):
+        units = [u for u in record.get("units") or [] if isinstance(u, list) and len(u) >= 4]
+        labels.append(f"{record.get('learner')} ({len(units)} units)")
+        until = next(
+            (float(t) for t in (record.get("finished_at"), record.get("updated_at")) if _number(t)),
+            status.now,
+        )
+        for entry in units:
+            identifier, claimed, started, finished = entry[:4]
+            begin = started if _number(started) else claimed
+            if not _number(begin):
+                continue
+            end = float(finished) if _number(finished) else until
+            end_of_run = max(end_of_run, end)
+            reclaimed = bool(entry[4]) if len(entry) > 4 else False
+            lane = lane_of(str(identifier))
+            bars.append((row, float(begin) - origin, end - float(begin), lane, reclaimed))
+    return labels, bars, end_of_run
+
+
 def plot_gantt(status: RunStatus, path: str) -> None:
     """Draw one row per learner and one bar per unit, coloured by lane, into ``path``.
+
+    Units taken over from another learner are hatched, on the row of the learner that
+    finished them.
 
     Raises:
         MissingDependencyError: matplotlib is not installed (``gradientmail[plot]``).
@@ -194,36 +347,31 @@ def plot_gantt(status: RunStatus, path: str) -> None:
         )
         raise error from exc
     origin = status.started_at or status.now
-    lanes: dict[str, int] = {}
-    bars: list[tuple[int, float, float, str]] = []
-    labels = []
-    end_of_run = origin
-    for row, record in enumerate(status.learners):
-        units = record.get("units") or []
-        labels.append(f"{record.get('learner')} ({len(units)} units)")
-        until = float(record.get("finished_at") or record.get("updated_at") or status.now)
-        for identifier, claimed, started, finished in units:
-            begin = started if started is not None else claimed
-            if begin is None:
-                continue
-            end = finished if finished is not None else until
-            end_of_run = max(end_of_run, float(end))
-            lane = lane_of(str(identifier))
-            lanes.setdefault(lane, 0)
-            bars.append((row, float(begin) - origin, float(end) - float(begin), lane))
-    lanes = {lane: index for index, lane in enumerate(sorted(lanes))}
+    labels, bars, end_of_run = _bars(status, origin)
+    lanes = {lane: index for index, lane in enumerate(sorted({bar[3] for bar in bars}))}
     figure = Figure(figsize=(10, 1.2 + 0.6 * max(1, len(labels))))
     axes = figure.add_subplot()
     palette = [f"C{i % 10}" for i in range(max(1, len(lanes)))]
-    for row, start, width, lane in bars:
-        axes.barh(row, width, left=start, height=0.6, color=palette[lanes[lane]], edgecolor="white")
+    for row, start, width, lane, reclaimed in bars:
+        axes.barh(
+            row,
+            width,
+            left=start,
+            height=0.6,
+            color=palette[lanes[lane]],
+            edgecolor="black" if reclaimed else "white",
+            hatch="//" if reclaimed else None,
+        )
     axes.set_yticks(range(len(labels)), labels)
     axes.invert_yaxis()
     axes.set_xlabel("seconds since the first learner started")
     axes.set_title(f"units per learner over time; makespan {end_of_run - origin:.1f}s")
-    if len(lanes) > 1:
+    handles = [Patch(color=palette[i], label=lane or "(none)") for lane, i in lanes.items()]
+    if any(bar[4] for bar in bars):
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="reclaimed"))
+    if len(handles) > 1:
         axes.legend(
-            handles=[Patch(color=palette[i], label=lane or "(none)") for lane, i in lanes.items()],
+            handles=handles,
             title="lane",
             loc="upper left",
             bbox_to_anchor=(1.01, 1.0),

@@ -1,13 +1,19 @@
-"""``gradientmail status URL``: print a run's learners, units left and ETA (see
-:mod:`gradientmail.status`). ``--watch`` redraws until the run ends; ``--plot`` draws a Gantt
-chart."""
+"""``gradientmail status URL``: print a run's learners, units and ETA.
+
+Exit status: 0 for a report (and, with ``--watch``, once the run is complete); 1 when the URL
+holds no run, when a learner failed, or, with ``--watch``, when work is left but no learner
+is running. ``status`` only reads: it never creates the mailbox's directory or any key.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
+from gradientmail.backends.options import redact
+from gradientmail.errors import ConfigurationError
 from gradientmail.status import format_status, plot_gantt, read_status
 from gradientmail.urls import from_url
 
@@ -15,27 +21,53 @@ from gradientmail.urls import from_url
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``status`` options."""
     parser.add_argument("url", help="the run's mailbox URL, e.g. file:///tmp/run1")
-    parser.add_argument("--watch", action="store_true", help="redraw until every learner stops")
+    parser.add_argument(
+        "--watch", action="store_true", help="redraw until the run is complete or stalls"
+    )
     parser.add_argument(
         "--interval", type=float, default=2.0, help="seconds between redraws with --watch"
+    )
+    parser.add_argument(
+        "--epoch", type=int, default=None, help="the epoch to show (default: newest)"
     )
     parser.add_argument("--plot", metavar="PNG", help="also draw a Gantt chart into this file")
 
 
+def _local_root(url: str) -> str | None:
+    if "://" not in url:
+        return url
+    if url.startswith("file://"):
+        return url[len("file://") :].split("?", 1)[0]
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the status (repeatedly with ``--watch``); 1 if a learner failed, else 0."""
+    """Print the status (repeatedly with ``--watch``); see the module docstring for exits."""
+    root = _local_root(args.url)
+    if root is not None and not os.path.isdir(root):
+        print(f"no run at {redact(args.url)}: the directory does not exist", file=sys.stderr)
+        return 1
+    if args.plot:
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            raise ConfigurationError(f"--plot: the folder {folder!r} does not exist; create it")
     mailbox = from_url(args.url)
     while True:
-        status = read_status(mailbox)
+        status = read_status(mailbox, args.epoch)
+        if not status.exists:
+            print(f"no run at {mailbox.url}: no manifest, learner or claim", file=sys.stderr)
+            return 1
         text = format_status(status)
         if args.watch and sys.stdout.isatty():
             text = "\x1b[2J\x1b[H" + text
         print(text, flush=True)
-        if not args.watch or (status.learners and not status.running):
+        if not args.watch or status.complete or status.stalled:
             break
         time.sleep(args.interval)  # a redraw period, not synchronisation
         print()
     if args.plot:
         plot_gantt(status, args.plot)
         print(f"wrote {args.plot}")
+    if args.watch:
+        return 0 if status.complete else 1
     return 1 if status.failed else 0
