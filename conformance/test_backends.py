@@ -167,3 +167,18 @@ class TestFileBaseClass(MailboxConformance):
     @pytest.fixture
     def mailbox(self, rig_file: Rig) -> Mailbox:
         return rig_file.fresh()
+
+
+@pytest.mark.emulator
+@pytest.mark.slow
+def test_atomic_emulator_passes_at_bound_0_001(request: pytest.FixtureRequest) -> None:
+    """GCS (fake-gcs-server): 2995 contested keys, threads and processes; 89 s measured."""
+    rig: Rig = request.getfixturevalue("rig_gcs")
+    done, failed = _run(rig, _url(rig), "--only", "race-threads,race-processes", "--bound", "0.001")
+    lines = done.stdout.splitlines()
+    assert failed == set(), done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2995 contested keys (1498 by up to 16 threads, 1497 by up to 4 processes)" in lines[1]
+    assert re.search(
+        r"0 double winners in (\d{4,}) contested keys, so .* more than 0\.1 %", lines[-1]
+    )

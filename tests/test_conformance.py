@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
@@ -314,20 +315,25 @@ class TestMemoryThroughTheBaseClass(MailboxConformance):
         return rig_memory.fresh()
 
 
+def request_stub() -> SimpleNamespace:
+    """What the base class's tests use of pytest's ``request``: ``node.user_properties``."""
+    return SimpleNamespace(node=SimpleNamespace(user_properties=[]))
+
+
 def test_base_class_skips_undeclared_capabilities_with_the_reason() -> None:
     suite = MailboxConformance()
     box = NoCasMailbox("no-cas")
     with pytest.raises(pytest.skip.Exception, match="COMPARE_AND_SWAP"):
-        suite.test_cas_counter_threads(box)  # type: ignore[attr-defined]
+        suite.test_cas_counter_threads(box, request_stub())  # type: ignore[attr-defined]
     with pytest.raises(pytest.skip.Exception, match="correctly raise NotSupportedError"):
-        suite.test_compare_and_swap(box)  # type: ignore[attr-defined]
+        suite.test_compare_and_swap(box, request_stub())  # type: ignore[attr-defined]
 
 
 def test_base_class_fails_with_the_counterexample_and_seed() -> None:
     suite = MailboxConformance()
     box = from_url("check-then-write://base-class")
     with pytest.raises(pytest.fail.Exception, match=r"(?s)race-threads failed.*winners.*seed="):
-        suite.test_race_threads(box)  # type: ignore[attr-defined]
+        suite.test_race_threads(box, request_stub())  # type: ignore[attr-defined]
 
 
 def test_base_class_has_one_test_per_property() -> None:

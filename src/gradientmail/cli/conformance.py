@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gradientmail.conformance.plan import estimate_seconds, plan_races
 from gradientmail.conformance.properties import PROPERTIES, SuiteOptions, select_properties
 from gradientmail.conformance.runner import Result, resolve_seed, run_suite
 from gradientmail.conformance.workspace import below, fresh_segment, remove_workspace
@@ -28,6 +29,15 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(
+            f"must be a fraction strictly between 0 and 1 (0.001 is 0.1 %), got {text}"
+        )
     return value
 
 
@@ -58,6 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keys in the strongest race (default 40, 15 with --quick); lower it for slow stores",
     )
     parser.add_argument(
+        "--bound",
+        type=_fraction,
+        default=None,
+        metavar="RATE",
+        help="size the single-winner races so that a clean run rules out a double-win rate "
+        "above RATE at 95%% confidence, e.g. 0.001 for 0.1%% (2995 contested keys); prints "
+        "the plan and an estimated time first (default 0.005 for a full run; --quick: the "
+        "fixed races only)",
+    )
+    parser.add_argument(
         "--only",
         default=None,
         metavar="NAMES",
@@ -76,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             quick=args.quick,
             race_keys=args.race_keys,
+            bound=args.bound,
         )
     )
     segment = fresh_segment()
@@ -94,7 +115,12 @@ def run(args: argparse.Namespace) -> int:
         f"up to {options.threads} threads and {options.processes} processes per race)"
     )
     try:
-        report = run_suite(box, options, properties=properties, on_result=show)
+        plan = plan_races(box, options, properties)
+        if plan is not None:
+            if args.bound is not None:
+                plan = estimate_seconds(box, plan, options)
+            say(plan.describe())
+        report = run_suite(box, options, properties=properties, on_result=show, plan=plan)
     finally:
         warning = remove_workspace(box, segment)
         if warning is not None:

@@ -7,8 +7,9 @@ A :class:`Property` is a named check of the contract. Its function receives a
 with the reason. The helpers below format values, keys and errors the same way in every
 counterexample.
 
-This module imports nothing else from the conformance package, so properties, the stateful
-model and the runner all build on it without import cycles.
+This module imports nothing from the conformance package but the arithmetic of
+:mod:`~gradientmail.conformance.power`, so properties, the stateful model and the runner
+all build on it without import cycles.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from gradientmail.conformance.power import DEFAULT_BOUND
 from gradientmail.errors import KeyNotFoundError, MissingDependencyError
 from gradientmail.mailbox import Capability, Mailbox
 
@@ -48,6 +50,10 @@ class SuiteOptions:
         quick: fewer hypothesis examples, fewer keys: a smoke test, still racing for real.
         race_keys: keys per race in the strongest race (default 40, or 15 with ``quick``).
         timeout: seconds any one race may take before its racers count as failed.
+        bound: the double-win rate the single-winner races must be able to rule out, at
+            95 % confidence: they contest enough keys for it (2995 for ``0.001``). ``None``
+            means :data:`~gradientmail.conformance.power.DEFAULT_BOUND` (0.5 %) for a full
+            run, and no more keys than the fixed races for a ``quick`` one.
     """
 
     threads: int = 16
@@ -56,6 +62,14 @@ class SuiteOptions:
     quick: bool = False
     race_keys: int | None = None
     timeout: float = 300.0
+    bound: float | None = None
+
+    @property
+    def target_bound(self) -> float | None:
+        """The bound the races are sized for, or ``None`` (quick: the fixed races only)."""
+        if self.bound is not None:
+            return self.bound
+        return None if self.quick else DEFAULT_BOUND
 
     @property
     def keys_per_race(self) -> int:
@@ -84,6 +98,10 @@ class Context:
     seed: int
     #: Where a property can leave free-form notes for the report (e.g. drawn parameters).
     notes: list[str] = field(default_factory=list)
+    #: Contested keys this property's single-winner races must reach (``None``: no target).
+    contested_target: int | None = None
+    #: Contested keys its races have raced cleanly so far; the runner reports them.
+    contested: int = 0
 
     def key(self, name: str) -> str:
         """The full key for ``name`` inside this property's namespace."""
@@ -117,6 +135,9 @@ class Property:
     requires: tuple[Capability, ...] = ()
     #: Whether a failure means concurrent claimants can both win (or lose a won claim).
     atomicity: bool = False
+    #: The racers of its single-winner races, if it runs any: its contested keys count
+    #: toward the run's bound, and the runner gives it a share of the keys to contest.
+    race_mode: Literal["threads", "processes"] | None = None
 
 
 def shown(value: bytes | None, limit: int = 24) -> str:

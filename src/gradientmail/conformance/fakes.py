@@ -7,7 +7,10 @@ evaluating the suite) can watch it catch the two classic ways a store fakes atom
   and compare-and-swap by *checking, then writing*: it looks the key up, and if the check
   passes it writes after a short window (default 1 ms, the order of a network round trip
   between a HEAD and a PUT). Racers that all check inside the window all win. Every single
-  call on its own behaves perfectly, so only real concurrency exposes it.
+  call on its own behaves perfectly, so only real concurrency exposes it. With the
+  ``fraction`` option it does so only on that fraction of keys, chosen by a hash of the
+  key, and uses the real exclusive create on all the rest: a store that goes wrong on a
+  rare path, which shows whether a PASS's stated bound is real.
 * :class:`IgnorePreconditionsMailbox` (``ignore-preconditions://``) declares atomic create
   but ignores the precondition entirely: ``put_if_absent`` always writes and returns
   ``True``, like a store that silently drops ``If-None-Match: *``.
@@ -21,12 +24,15 @@ URLs (the scheme is registered in the ``gradientmail.backends`` entry-point grou
     over the directory ``/abs/dir`` (:mod:`gradientmail.backends.local`): threads *and*
     processes race on it, so the suite's process races run too.
 
-The same two forms work for ``ignore-preconditions://``. Options: ``window`` (seconds
-between the check and the write, default ``0.001``; ``check-then-write`` only).
+The same two forms work for ``ignore-preconditions://``. Options, ``check-then-write``
+only: ``window`` (seconds between the check and the write, default ``0.001``) and
+``fraction`` (the share of keys that check and then write, default ``1``; e.g.
+``check-then-write:///tmp/box?fraction=0.002`` is non-atomic on one key in 500).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -38,7 +44,7 @@ from gradientmail.backends.options import parse_options, split_url
 from gradientmail.errors import ConfigurationError
 from gradientmail.mailbox import Capability, Version
 
-__all__ = ["CheckThenWriteMailbox", "IgnorePreconditionsMailbox"]
+__all__ = ["CheckThenWriteMailbox", "IgnorePreconditionsMailbox", "in_fraction"]
 
 
 def _window(value: object) -> float:
@@ -46,6 +52,25 @@ def _window(value: object) -> float:
     if not 0.0 <= seconds <= 1.0:
         raise ValueError(f"window must be between 0 and 1 second, got {seconds}")
     return seconds
+
+
+def _fraction(value: object) -> float:
+    share = float(value)  # type: ignore[arg-type]  # a number or its text; float() checks it
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"fraction must be above 0 and at most 1, got {share}")
+    return share
+
+
+def in_fraction(key: str, fraction: float) -> bool:
+    """Whether ``key`` falls in the ``fraction`` of keys picked by its SHA-256 hash.
+
+    The pick depends on the key alone, so every racer and process agrees on it, and keys
+    under a fresh prefix are a fresh, independent sample.
+    """
+    if fraction >= 1.0:
+        return True
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") < fraction * 2**64
 
 
 class _FakeMailbox(BaseMailbox):
@@ -116,18 +141,26 @@ class _FakeMailbox(BaseMailbox):
 class CheckThenWriteMailbox(_FakeMailbox):
     """NOT ATOMIC: ``put_if_absent`` and ``put_if_match`` check, wait ``window``, then write.
 
-    Each call alone is correct; concurrent calls inside the window all succeed.
+    Each call alone is correct; concurrent calls inside the window all succeed. Only keys
+    in :attr:`fraction` (all, by default) are treated so; the rest are truly atomic.
     """
 
     scheme = "check-then-write"
-    accepted_options: ClassVar[dict[str, Any]] = {"window": _window}
+    accepted_options: ClassVar[dict[str, Any]] = {"window": _window, "fraction": _fraction}
 
     @property
     def window(self) -> float:
         """Seconds between the check and the write."""
         return float(self._options.get("window", 0.001))
 
+    @property
+    def fraction(self) -> float:
+        """The share of keys, picked by hash (:func:`in_fraction`), that check then write."""
+        return float(self._options.get("fraction", 1.0))
+
     def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
+        if not in_fraction(key, self.fraction):
+            return self._inner._create(key, data, write_id)
         if self._inner._stat(key) is not None:
             return Conflict.LOST
         time.sleep(self.window)  # the gap between a HEAD and a PUT; not synchronisation
@@ -137,6 +170,8 @@ class CheckThenWriteMailbox(_FakeMailbox):
     def _replace(
         self, key: str, data: bytes, version: Version, write_id: str
     ) -> Version | Conflict:
+        if not in_fraction(key, self.fraction):
+            return self._inner._replace(key, data, version, write_id)
         current = self._inner._stat(key)
         if current is None or current.version != version:
             return Conflict.LOST

@@ -29,6 +29,7 @@ from gradientmail.mailbox import Capability, Mailbox
 
 __all__ = [
     "CounterReport",
+    "Mode",
     "RaceReport",
     "cas_counter",
     "payload_for",
@@ -74,6 +75,18 @@ class RaceReport:
     #: racer → the error that stopped it, as text.
     errors: dict[str, str] = field(default_factory=dict)
     payload_size: int = 16
+    #: key → how many racers got an answer for it (won or lost).
+    answered: dict[str, int] = field(default_factory=dict)
+    #: The longest any racer spent from the first start line to its last answer: the race
+    #: itself, without starting threads or processes.
+    racing_seconds: float = 0.0
+    #: Wall time of the whole race, starting and joining the racers included.
+    elapsed: float = 0.0
+
+    @property
+    def contested(self) -> int:
+        """Keys that at least two racers claimed from one start line: the race's trials."""
+        return sum(1 for key in self.keys if self.answered.get(key, 0) >= 2)
 
     def multiple_winners(self) -> dict[str, list[str]]:
         """Keys that more than one racer won."""
@@ -169,13 +182,15 @@ def _race_worker(
     box: Mailbox = pickle.loads(box_bytes)
     data = payload_for(name, size)
     outcomes = []
+    started = None
     for index, key in enumerate(keys):
         # With each_key, every key starts from the barrier: without it racers drift apart
         # after the first key, and later keys see little contention.
         if each_key or index == 0:
             barrier.wait()
+        started = started or time.perf_counter()
         outcomes.append((key, box.put_if_absent(key, data)))
-    return outcomes
+    return outcomes, time.perf_counter() - (started or time.perf_counter())
 
 
 def _counter_worker(box_bytes: bytes, name: str, key: str, increments: int, barrier: Any) -> Any:
@@ -303,6 +318,7 @@ def race_put_if_absent(
     key_list = [f"{prefix}/k{i}" for i in range(keys)]
     names = [f"racer-{i}" for i in range(racers)]
     blob = pickle.dumps(box)
+    started = time.perf_counter()
     results, errors = _run_all(
         _race_worker,
         lambda name, barrier: (blob, name, key_list, payload_size, barrier_each_key, barrier),
@@ -311,8 +327,11 @@ def race_put_if_absent(
         timeout,
     )
     report = RaceReport(key_list, names, errors=errors, payload_size=payload_size)
-    for name, outcomes in results.items():
+    report.elapsed = time.perf_counter() - started
+    for name, (outcomes, seconds) in results.items():
+        report.racing_seconds = max(report.racing_seconds, seconds)
         for key, won in outcomes:
+            report.answered[key] = report.answered.get(key, 0) + 1
             if won:
                 report.winners.setdefault(key, []).append(name)
     for key in key_list:

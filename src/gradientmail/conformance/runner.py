@@ -25,6 +25,8 @@ from gradientmail.conformance.context import (
     PropertySkipped,
     SuiteOptions,
 )
+from gradientmail.conformance.plan import RacePlan, plan_races
+from gradientmail.conformance.power import double_win_bound, keys_for_bound, percent
 from gradientmail.conformance.properties import PROPERTIES
 from gradientmail.errors import GradientMailError
 from gradientmail.mailbox import Capability, Mailbox
@@ -56,6 +58,15 @@ class Result:
     outcome: Outcome
     detail: str
     seconds: float
+    #: Keys its single-winner races contested cleanly (0 for other properties).
+    contested: int = 0
+
+    @property
+    def bound(self) -> float | None:
+        """The double-win rate its clean races rule out at 95 % confidence, if it raced."""
+        if self.outcome is not Outcome.PASS or not self.contested:
+            return None
+        return double_win_bound(self.contested)
 
     def lines(self, width: int = 22) -> list[str]:
         """The report lines: ``OUTCOME  name  (time)  detail``; extra detail lines indented."""
@@ -99,7 +110,12 @@ def _missing_capabilities(prop: Property, box: Mailbox) -> str | None:
 
 
 def run_property(
-    prop: Property, box: Mailbox, options: SuiteOptions, *, namespace: str | None = None
+    prop: Property,
+    box: Mailbox,
+    options: SuiteOptions,
+    *,
+    namespace: str | None = None,
+    contested_target: int | None = None,
 ) -> Result:
     """Run one property against ``box`` and delete what it wrote.
 
@@ -108,6 +124,9 @@ def run_property(
         box: the mailbox; the property's keys live under ``namespace + "/"``.
         options: how hard to push; a ``None`` seed is replaced by a random one.
         namespace: the key namespace (default: the property's name and a random suffix).
+        contested_target: keys a race property must contest (its share of a
+            :class:`~gradientmail.conformance.plan.RacePlan`). Default: all the keys
+            ``options.target_bound`` needs, as when the property runs alone.
 
     Returns:
         PASS with a summary, FAIL with a counterexample (any exception from the store counts
@@ -120,7 +139,10 @@ def run_property(
     if reason is not None:
         return Result(prop, Outcome.SKIP, reason, 0.0)
     ns = namespace or f"{prop.name}-{uuid.uuid4().hex[:6]}"
-    ctx = Context(box, ns, options, options.seed)
+    bound = options.target_bound
+    if contested_target is None and prop.race_mode is not None and bound is not None:
+        contested_target = keys_for_bound(bound)
+    ctx = Context(box, ns, options, options.seed, contested_target=contested_target)
     try:
         outcome, detail = Outcome.PASS, prop.check(ctx)
     except PropertySkipped as exc:
@@ -138,7 +160,7 @@ def run_property(
         delete_all(box, ns + "/")
     except GradientMailError as exc:
         detail += f"\ncould not delete this property's keys under {ns}/: {exc}"
-    return Result(prop, outcome, detail, time.perf_counter() - started)
+    return Result(prop, outcome, detail, time.perf_counter() - started, ctx.contested)
 
 
 @dataclass
@@ -148,6 +170,24 @@ class SuiteReport:
     url: str
     options: SuiteOptions
     results: list[Result] = field(default_factory=list)
+    #: How the races were sized, if the run aimed at a bound.
+    plan: RacePlan | None = None
+
+    @property
+    def contested(self) -> int:
+        """Keys contested by the single-winner races that passed."""
+        return sum(r.contested for r in self.by_outcome(Outcome.PASS) if r.prop.race_mode)
+
+    def power(self) -> str:
+        """What the clean races rule out, for the verdict; empty if no race passed."""
+        if not self.contested:
+            return ""
+        bound = percent(double_win_bound(self.contested))
+        return (
+            f" Races: 0 double winners in {self.contested} contested keys, so a store that "
+            f"lets two claimants win on more than {bound} of contested keys would have "
+            "failed with 95 % confidence."
+        )
 
     def by_outcome(self, outcome: Outcome) -> list[Result]:
         """The results with ``outcome``, in report order."""
@@ -191,11 +231,11 @@ class SuiteReport:
                 )
             return (
                 f"verdict: FAIL: {len(failed)} of {total} properties failed ({names}){skip_note}. "
-                f"{meaning}. Replay with --seed {self.options.seed}"
+                f"{meaning}.{self.power()} Replay with --seed {self.options.seed}"
             )
         return (
-            f"verdict: PASS: {total - len(skipped)} of {total} properties hold{skip_note}. "
-            f"Seed {self.options.seed}"
+            f"verdict: PASS: {total - len(skipped)} of {total} properties hold{skip_note}."
+            f"{self.power()} Seed {self.options.seed}"
         )
 
     def lines(self) -> list[str]:
@@ -213,6 +253,7 @@ def run_suite(
     *,
     properties: Iterable[Property] = PROPERTIES,
     on_result: Callable[[Result], None] | None = None,
+    plan: RacePlan | None = None,
 ) -> SuiteReport:
     """Run ``properties`` (default: all) against ``box`` in order.
 
@@ -221,11 +262,16 @@ def run_suite(
         options: how hard to push; a ``None`` seed becomes a random one, reported.
         properties: which properties to run.
         on_result: called with each result as soon as it is known (the CLI prints it).
+        plan: how many keys each race property contests; default
+            :func:`~gradientmail.conformance.plan.plan_races` for ``options.target_bound``.
     """
     options = resolve_seed(options or SuiteOptions())
-    report = SuiteReport(box.url, options)
+    properties = list(properties)
+    plan = plan or plan_races(box, options, properties)
+    report = SuiteReport(box.url, options, plan=plan)
     for prop in properties:
-        result = run_property(prop, box, options)
+        share = plan.shares.get(prop.name) if plan is not None else None
+        result = run_property(prop, box, options, contested_target=share)
         report.results.append(result)
         if on_result is not None:
             on_result(result)

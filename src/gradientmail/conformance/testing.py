@@ -17,6 +17,11 @@ same check as ``gradientmail conformance URL``. A property whose capability the 
 not declare (``mailbox.supports(Capability.X)``) is SKIPPED with the reason; it never passes
 silently. A failure shows the counterexample and the seed; set ``conformance_options =
 SuiteOptions(seed=S)`` on the class to replay it.
+
+A passing race test states what it proves: its summary (shown by ``pytest -rP``) names the
+contested keys and the bound on the double-win rate, and the same two figures are recorded
+as the test's ``user_properties`` ``contested_keys`` and ``double_win_bound`` (in JUnit
+XML, for instance). ``SuiteOptions(bound=0.001)`` sizes each race test for that bound.
 """
 
 from __future__ import annotations
@@ -34,9 +39,15 @@ __all__ = ["MailboxConformance"]
 
 
 def _make_test(prop: Property) -> Any:
-    def test(self: MailboxConformance, mailbox: Mailbox) -> None:
+    def test(self: MailboxConformance, mailbox: Mailbox, request: pytest.FixtureRequest) -> None:
         options = resolve_seed(self.conformance_options)
         result = run_property(prop, mailbox, options)
+        if result.bound is not None:
+            # What the clean races prove, where pytest keeps per-test figures (JUnit XML
+            # <property> elements, hooks) and in the captured output (pytest -rP).
+            request.node.user_properties.append(("contested_keys", result.contested))
+            request.node.user_properties.append(("double_win_bound", result.bound))
+            print(f"{prop.name}: {result.detail}")
         if result.outcome is Outcome.SKIP:
             pytest.skip(f"{prop.name}: {result.detail}")
         if result.outcome is Outcome.FAIL:

@@ -2,11 +2,15 @@
 
 Only these see a store that checks and then writes: every single call on such a store
 behaves. The race machinery itself is :mod:`gradientmail.conformance.races`.
+
+A single-winner race property runs two fixed races and a few drawn ones, then, when the
+run aims at a bound (:attr:`SuiteOptions.target_bound`), races batches of fresh keys until
+it has contested its share of the keys the bound needs (:mod:`gradientmail.conformance.plan`).
+Its summary states how many keys were contested and the bound on the double-win rate they
+give (:mod:`gradientmail.conformance.power`).
 """
 
 from __future__ import annotations
-
-from typing import Literal
 
 from gradientmail.conformance.context import (
     Context,
@@ -15,7 +19,9 @@ from gradientmail.conformance.context import (
     PropertySkipped,
     require_hypothesis,
 )
-from gradientmail.conformance.races import cas_counter, race_put_if_absent
+from gradientmail.conformance.plan import BATCH_KEYS, BATCH_PAYLOAD
+from gradientmail.conformance.power import power_statement
+from gradientmail.conformance.races import Mode, RaceReport, cas_counter, race_put_if_absent
 from gradientmail.mailbox import Capability
 
 __all__ = [
@@ -33,7 +39,23 @@ __all__ = [
 BIG = 6 << 20
 
 
-def _race(ctx: Context, mode: Literal["threads", "processes"]) -> str:
+def _race_once(
+    ctx: Context, mode: Mode, racers: int, keys: int, payload: int, name: str
+) -> RaceReport:
+    """One race on fresh keys under ``name`` in the property's namespace."""
+    return race_put_if_absent(
+        ctx.box,
+        racers=racers,
+        keys=keys,
+        mode=mode,
+        payload_size=payload,
+        prefix=ctx.key(name),
+        timeout=ctx.options.timeout,
+    )
+
+
+def _race(ctx: Context, mode: Mode) -> str:
+    """Fixed races, drawn races, then top-up batches until the contested-key target."""
     hypothesis = require_hypothesis()
     from hypothesis import strategies as st
 
@@ -48,19 +70,12 @@ def _race(ctx: Context, mode: Literal["threads", "processes"]) -> str:
     def race(racers: int, keys: int, payload: int) -> None:
         size = "6 MiB" if payload == BIG else f"{payload}-byte"
         label = f"{racers} {mode} × {keys} keys, {size} values"
-        report = race_put_if_absent(
-            ctx.box,
-            racers=racers,
-            keys=keys,
-            mode=mode,
-            payload_size=payload,
-            prefix=ctx.key(f"race{len(runs)}"),
-            timeout=ctx.options.timeout,
-        )
+        report = _race_once(ctx, mode, racers, keys, payload, f"race{len(runs)}")
         runs.append(f"{racers}×{keys}" + (" (6 MiB values)" if payload == BIG else ""))
         if not report.ok:
             failure.append(f"{report.counterexample()} [{label}]")
             raise AssertionError(failure[-1])
+        ctx.contested += report.contested
 
     phases = [hypothesis.Phase.explicit] + ([hypothesis.Phase.generate] if generated else [])
     test = hypothesis.given(
@@ -88,25 +103,44 @@ def _race(ctx: Context, mode: Literal["threads", "processes"]) -> str:
         if failure:
             raise PropertyFailed(_smallest_race(ctx, mode, failure[0])) from exc
         raise
+    batches = _top_up(ctx, mode, most)
     shapes = ", ".join(runs)
-    return f"exactly one winner per key, holding its bytes, in {len(runs)} races ({shapes})"
+    more = f" and {batches} batches of up to {BATCH_KEYS} keys, {most} {mode}" if batches else ""
+    return (
+        f"exactly one winner per key, holding its bytes, in {len(runs)} races ({shapes}){more}"
+        f"\n{power_statement(ctx.contested)}"
+    )
 
 
-def _smallest_race(ctx: Context, mode: Literal["threads", "processes"], first: str) -> str:
+def _top_up(ctx: Context, mode: Mode, most: int) -> int:
+    """Race batches of fresh keys, ``most`` racers each, until the target; return how many.
+
+    Every key of a batch starts from a shared start line, so each one is truly contested.
+    """
+    batches = 0
+    target = ctx.contested_target or 0
+    while ctx.contested < target:
+        keys = min(BATCH_KEYS, target - ctx.contested)
+        report = _race_once(ctx, mode, most, keys, BATCH_PAYLOAD, f"batch{batches}")
+        batches += 1
+        if not report.ok or report.contested == 0:
+            first = (
+                f"{report.counterexample() or 'no key was contested'} [{most} {mode} × {keys} "
+                f"keys, batch {batches}, after {ctx.contested} clean contested keys]"
+            )
+            raise PropertyFailed(_smallest_race(ctx, mode, first))
+        ctx.contested += report.contested
+    return batches
+
+
+def _smallest_race(ctx: Context, mode: Mode, first: str) -> str:
     """Try the smallest possible race (2 racers, 1 key) a few times; report it if it fails.
 
     Races do not replay deterministically, so hypothesis cannot shrink them; this is the
     one shrink step worth trying, and the counterexample it gives is the clearest.
     """
     for attempt in range(5 if mode == "threads" else 2):
-        report = race_put_if_absent(
-            ctx.box,
-            racers=2,
-            keys=1,
-            mode=mode,
-            prefix=ctx.key(f"minimal{attempt}"),
-            timeout=ctx.options.timeout,
-        )
+        report = _race_once(ctx, mode, 2, 1, 16, f"minimal{attempt}")
         if not report.ok:
             return f"{report.counterexample()} [2 {mode} × 1 key]\nfirst seen: {first}"
     return first
@@ -122,7 +156,7 @@ def check_race_processes(ctx: Context) -> str:
     return _race(ctx, "processes")
 
 
-def _counter(ctx: Context, mode: Literal["threads", "processes"]) -> str:
+def _counter(ctx: Context, mode: Mode) -> str:
     workers = min(ctx.options.threads, 8) if mode == "threads" else ctx.options.processes
     if workers < 2:
         raise PropertySkipped(f"--{mode} {workers}: a CAS race needs at least 2 workers")
@@ -167,6 +201,7 @@ CONCURRENCY_PROPERTIES: tuple[Property, ...] = (
         check_race_threads,
         (_ATOMIC,),
         atomicity=True,
+        race_mode="threads",
     ),
     Property(
         "race-processes",
@@ -174,6 +209,7 @@ CONCURRENCY_PROPERTIES: tuple[Property, ...] = (
         check_race_processes,
         (_ATOMIC, _SHARED),
         atomicity=True,
+        race_mode="processes",
     ),
     Property(
         "cas-counter-threads",
