@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from gradientmail.errors import (
     BackendError,
+    ConfigurationError,
     EndpointUnreachableError,
     InvalidDataError,
     NotSupportedError,
@@ -157,7 +158,18 @@ class BaseMailbox(ABC):
         return self._url
 
     def supports(self, capability: Capability) -> bool:
-        """Whether this mailbox declares ``capability``."""
+        """Whether this mailbox declares ``capability``.
+
+        Raises:
+            ConfigurationError: ``capability`` is not a :class:`Capability`. A string such as
+                ``"compare-and-swap"`` never names one, so answering ``False`` would mislead.
+        """
+        if not isinstance(capability, Capability):
+            known = ", ".join(f"Capability.{c.name}" for c in Capability)
+            raise ConfigurationError(
+                f"supports() takes a gradientmail.Capability, not {type(capability).__name__} "
+                f"{capability!r:.60}; one of {known}"
+            )
         return capability in self.capabilities
 
     @property
