@@ -103,15 +103,27 @@ class Lease:
         key: the lease key, e.g. ``leases/node-0``.
         holder: the holder's name, written into the record.
         duration: seconds of unchanged record after which observers declare the holder dead.
+        period: seconds between renewals; ``duration / 3`` when ``None``. It is written
+            into the record, so that :meth:`acquire` watches an earlier holder for about one
+            of its periods.
 
     Thread-safe: renewals run on a background thread, :meth:`ensure_fresh` on any thread.
     """
 
-    def __init__(self, mailbox: Mailbox, key: str, holder: str, *, duration: float) -> None:
+    def __init__(
+        self,
+        mailbox: Mailbox,
+        key: str,
+        holder: str,
+        *,
+        duration: float,
+        period: float | None = None,
+    ) -> None:
         self.mailbox = mailbox
         self.key = key
         self.holder = holder
         self.duration = float(duration)
+        self.period = self.duration / RENEWALS_PER_LEASE if period is None else float(period)
         self.incarnation = 0
         #: renewals that succeeded.
         self.renewals = 0
@@ -168,7 +180,10 @@ class Lease:
         renewed_at = record.get("renewed_at")
         if isinstance(renewed_at, (int, float)) and time.time() - renewed_at > 2 * duration:
             return  # not renewed for two whole durations even by a skewed clock: gone
-        window = duration / RENEWALS_PER_LEASE * 1.5
+        period = record.get("period")
+        if not isinstance(period, (int, float)) or period <= 0:
+            period = duration / RENEWALS_PER_LEASE
+        window = period * 1.5
         deadline = time.monotonic() + window
         pause = max(0.02, window / 12)
         while time.monotonic() < deadline:
@@ -187,8 +202,8 @@ class Lease:
     # -- renewing -----------------------------------------------------------------------------
 
     def start(self) -> Lease:
-        """Start renewing every ``duration / 3`` seconds in a background thread."""
-        period = self.duration / RENEWALS_PER_LEASE
+        """Start renewing every ``period`` seconds in a background thread."""
+        period = self.period
 
         def loop(stop: threading.Event) -> None:
             while not stop.wait(period):
@@ -275,7 +290,15 @@ class Lease:
     # -- internals ----------------------------------------------------------------------------
 
     def _body(self, incarnation: int, state: str) -> bytes:
-        return _record(self.holder, incarnation, self._token, self._seq, state, self.duration)
+        return _record(
+            self.holder,
+            incarnation,
+            self._token,
+            self._seq,
+            state,
+            self.duration,
+            period=self.period,
+        )
 
     def _stored(self, version: Version | None, sent: float) -> None:
         self._version = version
