@@ -123,7 +123,7 @@ def test_version_is_the_etag_and_the_blob_carries_the_write_id(
     box.put_if_absent("k", b"v")
     _, version = box.get_versioned("k")
     service = BlobServiceClient.from_connection_string(connection_string(azure_endpoint))
-    name = box.prefix + "k"
+    name = box.object_name_prefix + "k"
     properties = service.get_blob_client(CONTAINER, name).get_blob_properties()
     assert version.token == properties.etag
     assert len(properties.metadata["gradientmail_write_id"]) == 32

@@ -108,7 +108,7 @@ def test_version_is_the_object_generation_and_carries_the_write_id(rig_gcs: Rig)
         credentials=AnonymousCredentials(),
         client_options={"api_endpoint": (rig_gcs.options or {})["emulator_host"]},
     )
-    blob = client.bucket(box.bucket).get_blob(box.prefix + "k")
+    blob = client.bucket(box.bucket).get_blob(box.object_name_prefix + "k")
     assert version.token == str(blob.generation)
     assert len(blob.metadata["gradientmail_write_id"]) == 32
 

@@ -1,8 +1,10 @@
 """The shared lost-response machinery in BaseMailbox, driven by a fault-injecting backend.
 
-Cloud backends are tested against real SDK retry paths through an HTTP proxy (test_s3.py,
-test_gcs.py, test_azure.py). Here the same decision logic is pinned down exactly: a write
-that landed is never reported lost, and an undecidable one raises OutcomeUnknownError.
+Cloud backends are tested against their real SDKs through an HTTP proxy
+(test_cloud_faults.py). Here the same decision logic is pinned down exactly, one test per
+branch: a write that landed is never reported lost, a foreign object found after an
+ambiguous attempt is never reported as a loss, and an undecidable outcome raises
+OutcomeUnknownError. What the store holds is always checked through an independent handle.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from gradientmail import (
 from gradientmail.backends.memory import MemoryMailbox
 from gradientmail.mailbox import Conflict, RetryPolicy, Stat
 
-Fault = Callable[[], None]
+
+def _throttled(key: str) -> TransientBackendError:
+    """What a store's "slow down" answer maps to: retry, and nothing was stored."""
+    error = TransientBackendError("503 slow down", key=key)
+    error.not_carried_out = True
+    return error
 
 
 class FaultyMailbox(MemoryMailbox):
@@ -31,10 +38,15 @@ class FaultyMailbox(MemoryMailbox):
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
-        self.create_plan: list[str] = []  # per attempt: "ok", "commit-then-drop", "refuse"
+        # Per attempt: "ok", "commit-then-drop", "refuse", "timeout" or "throttled".
+        self.create_plan: list[str] = []
         self.conflict_kind = Conflict.LOST
+        #: Runs after a "commit-then-drop" attempt stored our write, before the response
+        #: is lost: another client acting between our attempt and its retry.
+        self.after_commit: Callable[[], None] | None = None
         self.stat_fails = False
         self.attempts = 0
+        self.stats = 0
 
     def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
         self.attempts += 1
@@ -43,14 +55,19 @@ class FaultyMailbox(MemoryMailbox):
             raise EndpointUnreachableError("connection refused", key=key)
         if step == "timeout":
             raise TransientBackendError("read timeout", key=key)
+        if step == "throttled":
+            raise _throttled(key)
         outcome = super()._create(key, data, write_id)
         if step == "commit-then-drop":
+            if self.after_commit is not None:
+                self.after_commit()
             raise TransientBackendError("connection reset after send", key=key)
         if isinstance(outcome, Conflict):
             return self.conflict_kind
         return outcome
 
     def _stat(self, key: str) -> Stat | None:
+        self.stats += 1
         if self.stat_fails:
             raise TransientBackendError("read back failed", key=key)
         return super()._stat(key)
@@ -61,67 +78,144 @@ def faulty(request: pytest.FixtureRequest) -> FaultyMailbox:
     return FaultyMailbox(f"faulty-{request.node.name}")
 
 
-def test_committed_write_whose_response_was_lost_is_reported_won(faulty: FaultyMailbox) -> None:
+@pytest.fixture
+def other(faulty: FaultyMailbox) -> MemoryMailbox:
+    """An independent handle on the same store: another client, and the test's witness."""
+    return MemoryMailbox(faulty.name)
+
+
+def test_committed_write_whose_response_was_lost_is_reported_won(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
     faulty.create_plan = ["commit-then-drop"]  # the retry then meets "already exists"
     assert faulty.put_if_absent("k", b"mine") is True
-    assert faulty.get("k") == b"mine"
+    assert other.get("k") == b"mine"
     assert faulty.attempts == 2
+    assert faulty.stats == 1
 
 
-def test_someone_elses_object_after_a_retry_is_a_loss(faulty: FaultyMailbox) -> None:
-    other = MemoryMailbox(faulty.name)
+def test_foreign_object_after_an_ambiguous_attempt_is_unknown_not_a_loss(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
+    # The timed-out attempt did not land here, but nothing the client can see says so: it
+    # may have landed and been replaced, so False would be a guess.
     other.put_if_absent("k", b"theirs")
     faulty.create_plan = ["timeout"]
-    assert faulty.put_if_absent("k", b"mine") is False
+    with pytest.raises(OutcomeUnknownError, match="another writer's object"):
+        faulty.put_if_absent("k", b"mine")
+    assert other.get("k") == b"theirs"
 
 
-def test_sdk_level_retry_conflict_is_resolved_by_reading_back(faulty: FaultyMailbox) -> None:
-    # The SDK retried internally: the store says "exists" but the object may be ours.
+@pytest.mark.parametrize("interference", ["put", "delete-and-create"])
+def test_landed_write_replaced_before_the_retry_is_unknown_never_false(
+    faulty: FaultyMailbox, other: MemoryMailbox, interference: str
+) -> None:
+    def another_client() -> None:
+        if interference == "put":
+            other.put("k", b"theirs")
+        else:
+            other.delete("k")
+            assert other.put_if_absent("k", b"theirs")
+
+    faulty.create_plan = ["commit-then-drop"]
+    faulty.after_commit = another_client
+    with pytest.raises(OutcomeUnknownError, match="landed and been replaced"):
+        faulty.put_if_absent("k", b"mine")
+    assert other.get("k") == b"theirs"
+
+
+def test_conflict_reported_after_an_sdk_retry_is_resolved_by_reading_back(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
+    # A plug-in whose SDK retried internally: the store says "exists", the object may be ours.
     faulty.conflict_kind = Conflict.AFTER_RETRY
     faulty.create_plan = ["commit-then-drop"]
     assert faulty.put_if_absent("k", b"mine") is True
-    other = MemoryMailbox(faulty.name)
+    assert other.get("k") == b"mine"
     assert other.put_if_absent("j", b"theirs")
-    assert faulty.put_if_absent("j", b"mine") is False
+    with pytest.raises(OutcomeUnknownError):
+        faulty.put_if_absent("j", b"mine")
+    assert other.get("j") == b"theirs"
 
 
-def test_first_attempt_conflict_is_a_plain_loss_without_reading_back(faulty: FaultyMailbox) -> None:
-    MemoryMailbox(faulty.name).put_if_absent("k", b"theirs")
+def test_first_attempt_conflict_is_a_plain_loss_without_reading_back(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
+    other.put_if_absent("k", b"theirs")
     faulty.stat_fails = True  # a read-back would raise: proves none happens
     assert faulty.put_if_absent("k", b"mine") is False
+    assert faulty.stats == 0
+    assert other.get("k") == b"theirs"
 
 
-def test_undecidable_outcome_raises_instead_of_returning_false(faulty: FaultyMailbox) -> None:
+def test_conflict_after_attempts_the_store_refused_to_carry_out_is_a_plain_loss(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
+    # A throttled attempt (503 slow down, 409 conflicting request) certainly stored nothing,
+    # so the conflict that follows answers the only request that could have landed.
+    other.put_if_absent("k", b"theirs")
+    faulty.create_plan = ["throttled", "refuse"]
+    faulty.stat_fails = True
+    assert faulty.put_if_absent("k", b"mine") is False
+    assert faulty.attempts == 3
+    assert faulty.stats == 0
+
+
+def test_every_attempt_refused_to_carry_out_raises_the_last_error(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
+    faulty.create_plan = ["throttled", "throttled", "throttled"]
+    with pytest.raises(TransientBackendError) as info:
+        faulty.put_if_absent("k", b"mine")
+    assert not isinstance(info.value, OutcomeUnknownError)
+    assert faulty.stats == 0
+    assert list(other.list()) == []
+
+
+def test_undecidable_outcome_raises_instead_of_returning_false(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
     faulty.create_plan = ["commit-then-drop"]
     faulty.stat_fails = True
     with pytest.raises(OutcomeUnknownError) as info:
         faulty.put_if_absent("k", b"mine")
     assert isinstance(info.value, BackendError)
     assert info.value.key == "k"
+    assert other.get("k") == b"mine"  # it had landed: False would have been a lie
 
 
-def test_all_attempts_timed_out_and_key_missing_is_unknown(faulty: FaultyMailbox) -> None:
+def test_all_attempts_timed_out_and_key_missing_is_unknown(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
     faulty.create_plan = ["timeout", "timeout", "timeout"]
     with pytest.raises(OutcomeUnknownError, match="in flight"):
         faulty.put_if_absent("k", b"mine")
+    assert list(other.list()) == []
 
 
-def test_refused_connections_never_sent_so_the_error_is_plain(faulty: FaultyMailbox) -> None:
+def test_refused_connections_never_sent_so_the_error_is_plain(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
     faulty.create_plan = ["refuse", "refuse", "refuse"]
     with pytest.raises(EndpointUnreachableError):
         faulty.put_if_absent("k", b"mine")
-    assert list(faulty.list()) == []
+    assert list(other.list()) == []
 
 
-def test_transient_failure_then_success_is_retried(faulty: FaultyMailbox) -> None:
+def test_transient_failure_then_success_is_retried(
+    faulty: FaultyMailbox, other: MemoryMailbox
+) -> None:
     faulty.create_plan = ["refuse", "ok"]
     assert faulty.put_if_absent("k", b"mine") is True
     assert faulty.attempts == 2
+    assert other.get("k") == b"mine"
 
 
 class FaultyCas(MemoryMailbox):
     retry_policy = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
     drop_after_commit = 0
+    #: Runs after a dropped swap stored our write: another client acting before the retry.
+    after_commit: Callable[[], None] | None = None
 
     def _replace(
         self, key: str, data: bytes, version: Version, write_id: str
@@ -129,41 +223,46 @@ class FaultyCas(MemoryMailbox):
         outcome = super()._replace(key, data, version, write_id)
         if self.drop_after_commit:
             self.drop_after_commit -= 1
+            if self.after_commit is not None:
+                self.after_commit()
             raise TransientBackendError("response lost", key=key)
         return outcome
 
 
-def test_cas_whose_response_was_lost_returns_the_new_version() -> None:
-    box = FaultyCas("faulty-cas-1")
+@pytest.fixture
+def cas(request: pytest.FixtureRequest) -> tuple[FaultyCas, Version]:
+    """A mailbox holding ``c`` = ``1``, whose next swap lands and loses its response."""
+    box = FaultyCas(f"faulty-cas-{request.node.name}")
     box.put("c", b"1")
     _, version = box.get_versioned("c")
     box.drop_after_commit = 1
+    return box, version
+
+
+def test_cas_whose_response_was_lost_returns_the_new_version(
+    cas: tuple[FaultyCas, Version],
+) -> None:
+    box, version = cas
     new = box.put_if_match("c", b"2", version)
     assert new is not None
-    assert box.get_versioned("c") == (b"2", new)
+    assert MemoryMailbox(box.name).get_versioned("c") == (b"2", new)
 
 
-def test_cas_lost_response_overwritten_by_another_writer_is_unknown() -> None:
-    box = FaultyCas("faulty-cas-2")
-    box.put("c", b"1")
-    _, version = box.get_versioned("c")
-
-    class Interloper(FaultyCas):
-        def _replace(
-            self, key: str, data: bytes, version: Version, write_id: str
-        ) -> Version | Conflict:
-            MemoryMailbox._replace(self, key, data, version, write_id)
-            # Our write landed; before we can read back, someone else replaces it.
-            MemoryMailbox(self.name).put(key, b"someone else")
-            raise TransientBackendError("response lost", key=key)
-
-    with pytest.raises(OutcomeUnknownError, match="replaced"):
-        Interloper("faulty-cas-2").put_if_match("c", b"2", version)
-    assert outcome_is_not_reported_as_stale(box)
-
-
-def outcome_is_not_reported_as_stale(box: MemoryMailbox) -> bool:
-    return box.get("c") == b"someone else"
+@pytest.mark.parametrize(("interference", "reason"), [("put", "replaced"), ("delete", "deleted")])
+def test_cas_lost_response_then_another_writer_is_unknown(
+    cas: tuple[FaultyCas, Version], interference: str, reason: str
+) -> None:
+    box, version = cas
+    other = MemoryMailbox(box.name)
+    if interference == "put":
+        box.after_commit = lambda: other.put("c", b"someone else")
+    else:
+        box.after_commit = lambda: other.delete("c")
+    with pytest.raises(OutcomeUnknownError, match=reason):
+        box.put_if_match("c", b"2", version)
+    assert list(other.list()) == (["c"] if interference == "put" else [])
+    if interference == "put":
+        assert other.get("c") == b"someone else"
 
 
 def test_retry_policy_backs_off_with_full_jitter() -> None:

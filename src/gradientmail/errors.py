@@ -170,13 +170,23 @@ class BackendError(GradientMailError):
 
 
 class TransientBackendError(BackendError):
-    """A failure that may succeed on retry: a 5xx, a timeout, a dropped connection, a conflict."""
+    """A failure that may succeed on retry: a 5xx, a timeout, a dropped connection, a conflict.
+
+    Attributes:
+        not_carried_out: ``True`` when the request certainly had no effect: it was never
+            sent, or the store answered that it did not carry it out (throttled, or in
+            conflict with a concurrent request). ``False`` when it may have taken effect
+            (a lost response, a timeout, a 500).
+    """
 
     transient = True
+    not_carried_out = False
 
 
 class EndpointUnreachableError(TransientBackendError, ConnectionError):
     """Nothing answered at the endpoint (connection refused, DNS failure, timeout on connect)."""
+
+    not_carried_out = True
 
 
 class BucketNotFoundError(BackendError):

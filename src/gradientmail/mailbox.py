@@ -112,6 +112,13 @@ class Mailbox(Protocol):
         calls on one key exactly one returns ``True``. After it returns, every ``get`` and
         ``list`` from any client sees the key with its bytes.
 
+        ``False`` is definitive: it is returned only when the store refused the only request
+        that may have reached it. When an earlier attempt may have landed (its response was
+        lost) and the key now holds another writer's object, the call raises
+        ``OutcomeUnknownError``: our write may have been stored and then overwritten by
+        ``put``, or deleted and created again, and nothing stored tells that apart from a
+        refusal.
+
         Raises:
             OutcomeUnknownError: the write may or may not have been stored and reading the
                 key back could not tell. Never ``False`` for a write that may have landed.

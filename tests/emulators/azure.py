@@ -1,11 +1,10 @@
 """The ``azure`` rig: Azurite (blob service) on loopback, started on first use, stopped at
 session end.
 
-Azurite is installed under ``.emulators/`` by ``make`` (npm). It runs with the flags measured
-in ``../shared/EMULATORS.md``: bound to 127.0.0.1 on a free port, in memory, without
-telemetry, and accepting the current SDK's API version. Mailboxes reach it through the
-``connection_string`` option (Azurite's public, well-known development key), so a mailbox
-pickled into a worker process reaches it too.
+Azurite is installed under ``.emulators/`` by ``make`` (npm). It runs bound to 127.0.0.1 on
+a free port, in memory, without telemetry, and accepting the current SDK's API version.
+Mailboxes reach it through the ``connection_string`` option (Azurite's public, well-known
+development key), so a mailbox pickled into a worker process reaches it too.
 """
 
 from __future__ import annotations

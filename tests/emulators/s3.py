@@ -6,7 +6,7 @@
 * ``rig_s3_seaweed``: SeaweedFS ``weed mini``, an independent S3 implementation whose
   conditional writes are atomic; used for the S3 races. It is not in the contract matrix:
   when ``p/a/b`` exists, a conditional create of ``p/a`` answers 412 although ``p/a`` reads
-  as missing (see ../shared/EMULATORS.md).
+  as missing. Lost-response tests run on it too (test_cloud_faults.py).
 
 Both start on first use and stop at the end of the session. The test session runs with
 dummy AWS credentials and an empty AWS config (``aws_test_env``), so no test can reach real

@@ -30,7 +30,6 @@ from typing import Any, ClassVar
 from gradientmail.errors import (
     BackendError,
     ConfigurationError,
-    EndpointUnreachableError,
     InvalidDataError,
     NotSupportedError,
     OutcomeUnknownError,
@@ -323,36 +322,58 @@ class BaseMailbox(ABC):
     ) -> Version | None:
         """Run a conditional write with retries; resolve ambiguous outcomes by reading back.
 
+        An attempt is *ambiguous* when its request may have taken effect without this call
+        hearing so: a lost response, a timeout, a 500. A request never sent (nothing
+        listening) or answered as not carried out (throttled, in conflict with a concurrent
+        request) is not ambiguous.
+
         Returns the stored version if our write is the one stored, ``None`` if it certainly
-        is not. Raises ``OutcomeUnknownError`` when it cannot tell.
+        is not: the precondition failed and no attempt before was ambiguous. Otherwise the
+        outcome is decided by :meth:`_resolve`, which raises ``OutcomeUnknownError`` when it
+        cannot tell. If every attempt fails and none was ambiguous, the last error is raised.
         """
         policy = self.retry_policy
-        maybe_sent = False  # an earlier attempt may have reached the store
+        ambiguous = False  # an earlier attempt may have stored our write
         last_error: TransientBackendError | None = None
         for n in range(policy.attempts):
             try:
                 outcome = attempt()
             except TransientBackendError as exc:
                 last_error = exc
-                # A refused connection never carried the request; anything else might have.
-                maybe_sent = maybe_sent or not isinstance(exc, EndpointUnreachableError)
+                ambiguous = ambiguous or not exc.not_carried_out
                 if n + 1 < policy.attempts:
                     time.sleep(policy.delay(n))
                 continue
             if isinstance(outcome, Version):
                 return outcome
-            if outcome is Conflict.LOST and not maybe_sent:
+            if outcome is Conflict.LOST and not ambiguous:
                 return None
             return self._resolve(key, write_id, replace=replace, cause=None)
         assert last_error is not None
-        if not maybe_sent:
+        if not ambiguous:
             raise last_error
         return self._resolve(key, write_id, replace=replace, cause=last_error)
 
     def _resolve(
         self, key: str, write_id: str, *, replace: bool, cause: BackendError | None
-    ) -> Version | None:
-        """Decide an ambiguous conditional write by reading the key's write id back."""
+    ) -> Version:
+        """Decide a conditional write after an ambiguous attempt, by reading its write id back.
+
+        Returns the stored version when the key holds our write id: our write landed.
+        Anything else raises ``OutcomeUnknownError``, never ``False``/``None``:
+
+        * the key holds another writer's object (or one without a write id). Our write may
+          have been refused, or it may have landed and been replaced before the read-back
+          (overwritten by ``put``, or deleted and created again): nothing stored tells the
+          two apart. This holds for ``put_if_absent`` as for ``put_if_match``.
+        * the key is missing: an earlier attempt may still be in flight, or ours landed and
+          was deleted.
+        * the read-back itself failed.
+
+        A definite loss (``False`` from ``put_if_absent``, ``None`` from ``put_if_match``)
+        comes only from :meth:`_conditional`: a precondition failure with no ambiguous
+        attempt before it.
+        """
         try:
             stat: Stat | None = self._with_retries(key, lambda: self._stat(key))
         except BackendError as exc:
@@ -363,15 +384,19 @@ class BaseMailbox(ABC):
             ) from exc
         if stat is not None and stat.write_id == write_id:
             return stat.version
-        if stat is not None and not replace:
-            # Another writer's object is stored, so the store refused ours: we lost.
-            return None
-        if stat is None and not replace:
-            reason = "the key is missing, so an earlier attempt may still be in flight"
+        if stat is None:
+            reason = (
+                "the key is missing: an earlier attempt may still be in flight, or ours "
+                "landed and was deleted"
+            )
         else:
-            reason = "the stored object is not ours, but ours may have landed and been replaced"
+            reason = (
+                "another writer's object is stored: ours may have been refused, or may have "
+                "landed and been replaced (overwritten, or deleted and created again)"
+            )
+        write = "compare-and-swap" if replace else "create-if-absent"
         raise OutcomeUnknownError(
-            f"a conditional write failed ambiguously and {reason}",
+            f"a {write} failed ambiguously (an earlier attempt may have taken effect) and {reason}",
             key=key,
             backend=self._url,
         ) from cause

@@ -2,7 +2,8 @@
 
 URL and options
     ``gs://BUCKET`` or ``gs://BUCKET/PREFIX``. Keys are stored as objects named
-    ``PREFIX/KEY``; the bucket must already exist.
+    ``PREFIX/KEY``; the bucket must already exist. ``GCSMailbox(bucket, prefix, **options)``
+    opens one directly.
 
     * ``project`` (str): the project for the client; by default the credentials' project.
     * ``emulator_host`` (str): an emulator endpoint such as ``http://127.0.0.1:4443``. An
@@ -22,6 +23,20 @@ Errors
     ``AccessDeniedError``, nothing listening at the endpoint ``EndpointUnreachableError``,
     5xx / 429 / 408 / timeouts / dropped connections ``TransientBackendError``.
 
+Requests per call
+    The SDK's own retries are off (``retry=None`` on every call); the shared
+    :class:`~gradientmail.backends.base.RetryPolicy` (``attempts`` = 5 by default) makes
+    every retry. With ``A`` attempts, one call sends at most:
+
+    * ``put``: ``A`` uploads; ``get``, ``get_versioned``, ``delete``: ``A`` requests, plus
+      one bucket lookup per attempt the first time a key is found missing (GCS answers 404
+      for a missing bucket and a missing object alike): ``2A``;
+    * ``put_if_absent``, ``put_if_match``: ``A`` conditional uploads, then, if an attempt
+      was ambiguous (its response lost), one read-back and its retries: ``2A`` in all;
+    * ``list``: ``A`` per page of up to :data:`PAGE_SIZE` names.
+
+    Values over 8 MiB are uploaded as a resumable upload: a few requests per attempt.
+
 Guarantees
     * ``put_if_absent`` is an upload with ``ifGenerationMatch=0``: GCS itself refuses a
       second object, so exactly one concurrent creator wins, across machines.
@@ -29,55 +44,37 @@ Guarantees
       (``ifGenerationMatch=<generation>``). Generations never repeat for an object name.
     * Every write carries a fresh write id in the object metadata
       (``gradientmail_write_id``), so an ambiguous conditional write is decided by reading
-      it back (see :class:`~gradientmail.mailbox.BaseMailbox`).
-    * The SDK's own retries are switched off (``retry=None`` on every call): the shared
-      :class:`~gradientmail.mailbox.RetryPolicy` sees every attempt, so a 412 answering the
-      only request sent is a certain loss, and a 412 after a retried attempt is read back.
-      Nothing listening at the endpoint fails within about a second.
-    * ``list`` fetches one page of up to :data:`PAGE_SIZE` names per request, lazily.
+      it back (see :class:`~gradientmail.backends.base.BaseMailbox`).
+    * Nothing listening at the endpoint fails within about a second.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import threading
-from collections.abc import Callable, Iterator
-from functools import partial
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any
 
-from gradientmail.backends.base import BaseMailbox, Conflict, Stat
-from gradientmail.backends.options import parse_options, require, split_store_url
-from gradientmail.errors import (
-    AccessDeniedError,
-    BackendError,
-    BucketNotFoundError,
-    ConfigurationError,
-    EndpointUnreachableError,
-    KeyNotFoundError,
-    TransientBackendError,
-)
-from gradientmail.mailbox import Capability, Version
+from gradientmail import errors
+from gradientmail.backends.base import Conflict, Stat
+from gradientmail.backends.object_store import PAGE_SIZE, ObjectStoreMailbox, StoreURL
+from gradientmail.backends.options import require
+from gradientmail.mailbox import Version
 
 __all__ = ["PAGE_SIZE", "WRITE_ID_METADATA", "GCSMailbox"]
 
-#: Object names fetched per listing request.
-PAGE_SIZE = 1000
 #: The object metadata field holding the write id of the write that stored the object.
 WRITE_ID_METADATA = "gradientmail_write_id"
 
 _EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
-# Bucket names: 3-222 characters of lowercase letters, digits, '-', '_' and '.', starting
-# and ending with a letter or digit (the GCS naming rules, without the per-dot-part limit).
+
+
+# -- URL and options ---------------------------------------------------------------------------
+
+# 3-222 characters of lowercase letters, digits, '-', '_' and '.', starting and ending with
+# a letter or digit (the GCS naming rules, without the per-dot-part limit).
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
-_POOL_SIZE = 64  # connections kept per host: racing threads each hold one
-
-
-def _positive_float(value: Any) -> float:
-    number = float(value)
-    if not number > 0:
-        raise ValueError(f"expected a positive number of seconds, got {value!r}")
-    return number
+_BUCKET_RULE = "3-222 lowercase letters, digits, '-', '_' or '.'"
 
 
 def _endpoint(value: object) -> str:
@@ -91,90 +88,46 @@ def _endpoint(value: object) -> str:
 _OPTIONS: dict[str, Callable[[Any], Any]] = {
     "project": str,
     "emulator_host": _endpoint,
-    "connect_timeout": _positive_float,
-    "read_timeout": _positive_float,
 }
-_DEFAULTS = {"connect_timeout": 3.0, "read_timeout": 60.0}
 
 
-class GCSMailbox(BaseMailbox):
+# -- the mailbox -------------------------------------------------------------------------------
+
+
+class GCSMailbox(ObjectStoreMailbox):
     """A mailbox in a GCS bucket; see the module docstring for options and guarantees."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.ATOMIC_CREATE, Capability.COMPARE_AND_SWAP, Capability.SHARED_ACROSS_PROCESSES}
-    )
+    layout = StoreURL("gs", "GCS", "bucket", _BUCKET_NAME, _BUCKET_RULE)
+    accepted_options = _OPTIONS
+    write_id_metadata = WRITE_ID_METADATA
 
-    def __init__(self, url: str, bucket: str, prefix: str, options: dict[str, Any]) -> None:
-        super().__init__(url, options)
-        settings = parse_options("gs", options, _OPTIONS, _DEFAULTS)
-        self.bucket = bucket
-        self.prefix = prefix  # "" or ending in "/"
-        self.object_name_prefix = prefix
-        self._project: str | None = settings.get("project")
-        self._emulator: str | None = settings.get("emulator_host")
-        self._timeout = (settings["connect_timeout"], settings["read_timeout"])
-        self._lock = threading.Lock()
-        self._handle: Any = None  # the SDK Bucket, created on first use
-        self._bucket_exists = False
-        self._sdk = require("google.cloud.storage", "gcs")
-        self._connect()  # surfaces missing credentials at open time
-
-    @classmethod
-    def open(cls, url: str, **options: Any) -> GCSMailbox:
-        """Open ``gs://bucket/prefix``.
-
-        Raises:
-            ConfigurationError: a malformed URL or an unknown or invalid option.
-            MissingDependencyError: google-cloud-storage is not installed.
-            AccessDeniedError: no credentials were found (and no emulator is configured).
-        """
-        parse_options("gs", options, _OPTIONS)
-        bucket, prefix = split_store_url(
-            url,
-            store="GCS",
-            container="bucket",
-            name=_BUCKET_NAME,
-            name_rule="3-222 lowercase letters, digits, '-', '_' or '.'",
-            example="e.g. gs://my-bucket/run1",
-        )
-        return cls(url, bucket, prefix + "/" if prefix else "", options)
-
-    # -- the client -------------------------------------------------------------------------
+    # -- the client ---------------------------------------------------------------------------
 
     def _connect(self) -> Any:
-        """The SDK bucket handle, creating the client on first use (thread-safe)."""
-        handle = self._handle
-        if handle is not None:
-            return handle
-        with self._lock:
-            if self._handle is None:
-                try:
-                    self._handle = self._make_client().bucket(self.bucket)
-                except self._sdk_errors() as exc:
-                    raise self._map_error(exc, None) from exc
-                except OSError as exc:
-                    # google-cloud-core: "Project was not passed and could not be determined".
-                    raise ConfigurationError(
-                        f"no Google Cloud project for {self.url}: pass the project option "
-                        f"(e.g. {self.url}?project=my-project) or set GOOGLE_CLOUD_PROJECT"
-                    ) from exc
-            return self._handle
-
-    def _make_client(self) -> Any:
+        """The SDK's bucket handle on a new client (no request is sent)."""
+        sdk = require("google.cloud.storage", "gcs")
         from google.auth.credentials import AnonymousCredentials
         from requests.adapters import HTTPAdapter
 
+        self._bucket_exists = False
         emulator = self._emulator_endpoint()
-        if emulator:
-            client = self._sdk.Client(
-                project=self._project,  # None: no project lookup against an emulator
-                credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]  # unannotated in google-auth
-                client_options={"api_endpoint": emulator},
-            )
-        elif self._project:
-            client = self._sdk.Client(project=self._project)
-        else:
-            client = self._sdk.Client()
+        self._endpoint = emulator or "storage.googleapis.com"
+        project = self._settings.get("project")
+        try:
+            if emulator:
+                client = sdk.Client(
+                    project=project,  # None: no project lookup against an emulator
+                    credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]  # unannotated in google-auth
+                    client_options={"api_endpoint": emulator},
+                )
+            else:
+                client = sdk.Client(project=project) if project else sdk.Client()
+        except OSError as exc:
+            # google-cloud-core: "Project was not passed and could not be determined".
+            raise errors.ConfigurationError(
+                f"no Google Cloud project for {self.url}: pass the project option "
+                f"(e.g. {self.url}?project=my-project) or set GOOGLE_CLOUD_PROJECT"
+            ) from exc
         # This SDK version fetches bucket metadata for tracing in background threads, with
         # its own 120 s retry: extra requests we neither want nor can bound. Switch it off.
         if getattr(client, "_bucket_metadata_cache", None) is not None:
@@ -182,28 +135,26 @@ class GCSMailbox(BaseMailbox):
         # Size the pool for many threads sharing one mailbox (requests keeps 10 by default),
         # unless google-auth mounted its own mutual-TLS adapter.
         if not getattr(client._http, "is_mtls", False):
-            adapter = HTTPAdapter(pool_connections=4, pool_maxsize=_POOL_SIZE, max_retries=0)
+            adapter = HTTPAdapter(
+                pool_connections=4, pool_maxsize=self.pool_connections, max_retries=0
+            )
             client._http.mount("https://", adapter)
             client._http.mount("http://", adapter)
-        return client
+        return client.bucket(self.container)
+
+    def _disconnect(self, client: Any) -> None:
+        client.client.close()
 
     def _emulator_endpoint(self) -> str | None:
-        if self._emulator:
-            return self._emulator
+        emulator: str | None = self._settings.get("emulator_host")
+        if emulator:
+            return emulator
         from_env = os.environ.get(_EMULATOR_ENV, "").strip()
         return _endpoint(from_env) if from_env else None
 
-    def close(self) -> None:
-        """Close the client's connections; the next operation opens a new client."""
-        with self._lock:
-            handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.client.close()
-
-    # -- errors -----------------------------------------------------------------------------
+    # -- errors -------------------------------------------------------------------------------
 
     def _sdk_errors(self) -> tuple[type[BaseException], ...]:
-        """The exceptions the SDK and its transport raise, which ``_map_error`` translates."""
         import requests
         from google.api_core.exceptions import GoogleAPICallError
         from google.auth.exceptions import GoogleAuthError
@@ -217,11 +168,11 @@ class GCSMailbox(BaseMailbox):
             storage_errors.DataCorruption,
         )
 
-    def _map_error(self, exc: BaseException, key: str | None) -> BackendError:
-        """Turn an SDK or transport exception into a gradientmail error (the only place).
+    def _map_error(self, exc: BaseException, key: str | None) -> errors.GradientMailError:
+        """The one place SDK and transport exceptions become gradientmail errors.
 
         A 404 reaching this function means the bucket is missing: operations that can see a
-        404 for a missing key handle it before calling this.
+        404 for a missing key handle it before.
         """
         import requests
         from google.api_core import exceptions as api
@@ -229,48 +180,38 @@ class GCSMailbox(BaseMailbox):
         from google.cloud.storage import exceptions as storage_errors
         from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
 
-        where = self.url
+        emulator = f"the emulator settings ({_EMULATOR_ENV} / the emulator_host option)"
         if isinstance(exc, api.NotFound):
             return self._bucket_missing(key)
         if isinstance(exc, auth.InvalidOperation):
             # A 401 made the transport refresh the credentials, which anonymous ones cannot.
-            return AccessDeniedError(
+            message = (
                 "GCS refused the request (HTTP 401) and the anonymous credentials used for "
-                f"{self._emulator_endpoint() or 'GCS'} cannot be refreshed; check that the "
-                "emulator allows anonymous access, or unset the emulator settings "
-                f"({_EMULATOR_ENV} / emulator_host) to use real credentials",
-                key=key,
-                backend=where,
+                f"{self._endpoint} cannot be refreshed; check that the emulator allows "
+                f"anonymous access, or unset {emulator} to use real credentials"
             )
+            return self._failure(errors.AccessDeniedError, key, message)
         if isinstance(exc, auth.DefaultCredentialsError):
-            return AccessDeniedError(
+            message = (
                 "no Google Cloud credentials found; run `gcloud auth application-default "
-                "login`, set GOOGLE_APPLICATION_CREDENTIALS to a key file, or set "
-                f"{_EMULATOR_ENV} (or the emulator_host option) to use an emulator",
-                key=key,
-                backend=where,
+                "login`, set GOOGLE_APPLICATION_CREDENTIALS to a key file, or use "
+                f"{emulator} to reach an emulator"
             )
+            return self._failure(errors.AccessDeniedError, key, message)
         if isinstance(exc, (auth.RefreshError, api.Unauthorized, api.Forbidden)):
             status = f"HTTP {exc.code}" if isinstance(exc, api.GoogleAPICallError) else "refused"
-            return AccessDeniedError(
+            message = (
                 f"GCS refused the credentials ({status}); check that they are valid and that "
-                f"the account may read and write objects in bucket {self.bucket!r} "
-                "(e.g. roles/storage.objectUser)",
-                key=key,
-                backend=where,
+                f"the account may read and write objects in bucket {self.container!r} "
+                "(e.g. roles/storage.objectUser)"
             )
-        if isinstance(exc, (api.TooManyRequests, api.ServerError)) or (
-            isinstance(exc, api.GoogleAPICallError) and exc.code == 408
-        ):
-            return TransientBackendError(
-                f"GCS answered HTTP {exc.code} (transient); retry later", key=key, backend=where
-            )
+            return self._failure(errors.AccessDeniedError, key, message)
         if isinstance(exc, api.GoogleAPICallError):
-            return BackendError(
-                f"GCS answered HTTP {exc.code} {type(exc).__name__}",
-                key=key,
-                backend=where,
-            )
+            code = int(exc.code or 0)
+            said = f"HTTP {code} {type(exc).__name__}"
+            if isinstance(exc, (api.TooManyRequests, api.ServerError)) or code == 408:
+                return self._transient(code, said, key)
+            return self._failure(errors.BackendError, key, f"GCS answered {said}")
         if isinstance(exc, requests.ConnectTimeout) or (
             isinstance(exc, requests.ConnectionError)
             and exc.args
@@ -278,61 +219,48 @@ class GCSMailbox(BaseMailbox):
             and isinstance(exc.args[0].reason, (NewConnectionError, ConnectTimeoutError))
         ):
             # The connection was never made, so the request was never sent.
-            endpoint = self._emulator_endpoint() or "storage.googleapis.com"
-            return EndpointUnreachableError(
-                f"nothing answered at {endpoint}; check the network, or that the emulator "
-                f"is running ({_EMULATOR_ENV} / the emulator_host option)",
-                key=key,
-                backend=where,
-            )
+            return self._unreachable(key, f"check the network, or that {emulator} are right")
         if isinstance(exc, (requests.RequestException, auth.TransportError)):
-            # Sent, but the response was lost or timed out: the request may have landed.
-            return TransientBackendError(
-                f"the connection to GCS failed mid-request ({type(exc).__name__}); retry later",
-                key=key,
-                backend=where,
-            )
+            return self._interrupted(exc, key)
         if isinstance(exc, storage_errors.DataCorruption):
-            return TransientBackendError(
-                "a GCS transfer failed its checksum; retry", key=key, backend=where
-            )
-        return BackendError(f"the GCS client failed ({type(exc).__name__})", key=key, backend=where)
-
-    def _bucket_missing(self, key: str | None) -> BucketNotFoundError:
-        return BucketNotFoundError(
-            f"bucket {self.bucket!r} does not exist; create it (gcloud storage buckets "
-            f"create gs://{self.bucket}) or fix the URL",
-            key=key,
-            backend=self.url,
+            message = "a GCS transfer failed its checksum; retrying may succeed"
+            return self._failure(errors.TransientBackendError, key, message)
+        return self._failure(
+            errors.BackendError, key, f"the GCS client failed ({type(exc).__name__})"
         )
 
+    def _bucket_missing(self, key: str | None) -> errors.BucketNotFoundError:
+        message = (
+            f"bucket {self.container!r} does not exist; create it (gcloud storage buckets "
+            f"create gs://{self.container}) or fix the URL"
+        )
+        return self._failure(errors.BucketNotFoundError, key, message)
+
     def _check_bucket(self, key: str | None) -> None:
-        """Raise ``BucketNotFoundError`` if the bucket is missing (checked once per handle).
+        """Raise ``BucketNotFoundError`` if the bucket is missing (checked once per client).
 
         GCS answers 404 for a missing object and a missing bucket alike, so a 404 on a key
         is only reported as a missing key once the bucket is known to exist.
         """
         if self._bucket_exists:
             return
-        try:
-            exists = self._connect().exists(retry=None, timeout=self._timeout)
-        except self._sdk_errors() as exc:
-            raise self._map_error(exc, key) from exc
+        with self._mapped(key):
+            exists = self._client().exists(retry=None, timeout=self._timeouts)
         if not exists:
             raise self._bucket_missing(key)
         self._bucket_exists = True
 
-    # -- operations -------------------------------------------------------------------------
+    # -- operations ---------------------------------------------------------------------------
 
     def _upload(self, key: str, data: bytes, write_id: str, generation: int | None) -> Version:
-        blob = self._connect().blob(self.prefix + key)
-        blob.metadata = {WRITE_ID_METADATA: write_id}
+        blob = self._client().blob(self._name(key))
+        blob.metadata = self._stamp(write_id)
         blob.upload_from_string(
             data,
             content_type="application/octet-stream",
             if_generation_match=generation,
             retry=None,
-            timeout=self._timeout,
+            timeout=self._timeouts,
         )
         return Version(str(blob.generation))
 
@@ -341,13 +269,12 @@ class GCSMailbox(BaseMailbox):
     ) -> Version | Conflict:
         from google.api_core.exceptions import PreconditionFailed
 
-        try:
-            return self._upload(key, data, write_id, generation)
-        except PreconditionFailed:
-            # The SDK does not retry (retry=None), so this answers our only request.
-            return Conflict.LOST
-        except self._sdk_errors() as exc:
-            raise self._map_error(exc, key) from exc
+        with self._mapped(key):
+            try:
+                return self._upload(key, data, write_id, generation)
+            except PreconditionFailed:
+                # The SDK does not retry (retry=None), so this answers our only request.
+                return Conflict.LOST
 
     def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
         return self._conditional_upload(key, data, write_id, 0)
@@ -364,71 +291,52 @@ class GCSMailbox(BaseMailbox):
         return self._conditional_upload(key, data, write_id, generation)
 
     def _write(self, key: str, data: bytes, write_id: str) -> None:
-        try:
+        with self._mapped(key):
             self._upload(key, data, write_id, None)
-        except self._sdk_errors() as exc:
-            raise self._map_error(exc, key) from exc
 
     def _read(self, key: str) -> tuple[bytes, Version]:
         from google.api_core.exceptions import NotFound
 
-        blob = self._connect().blob(self.prefix + key)
-        try:
-            data = blob.download_as_bytes(retry=None, timeout=self._timeout)
-        except NotFound:
-            self._check_bucket(key)
-            raise KeyNotFoundError(key, self.url) from None
-        except self._sdk_errors() as exc:
-            raise self._map_error(exc, key) from exc
+        blob = self._client().blob(self._name(key))
+        with self._mapped(key):
+            try:
+                data = blob.download_as_bytes(retry=None, timeout=self._timeouts)
+            except NotFound:
+                self._check_bucket(key)
+                raise errors.KeyNotFoundError(key, self.url) from None
         if blob.generation is None:
-            raise BackendError("GCS sent no generation with the object", key=key, backend=self.url)
+            raise errors.BackendError(
+                "GCS sent no generation with the object", key=key, backend=self.url
+            )
         return data, Version(str(blob.generation))
 
     def _stat(self, key: str) -> Stat | None:
-        try:
-            blob = self._connect().get_blob(self.prefix + key, retry=None, timeout=self._timeout)
-        except self._sdk_errors() as exc:
-            raise self._map_error(exc, key) from exc
+        with self._mapped(key):
+            blob = self._client().get_blob(self._name(key), retry=None, timeout=self._timeouts)
         if blob is None:
             return None
-        write_id = (blob.metadata or {}).get(WRITE_ID_METADATA)
-        return Stat(Version(str(blob.generation)), write_id)
+        return self._stat_of(blob.generation, blob.metadata)
 
     def _delete(self, key: str) -> None:
         from google.api_core.exceptions import NotFound
 
-        try:
-            self._connect().blob(self.prefix + key).delete(retry=None, timeout=self._timeout)
-        except NotFound:
-            self._check_bucket(key)  # a missing key is fine; a missing bucket is not
-        except self._sdk_errors() as exc:
-            raise self._map_error(exc, key) from exc
+        with self._mapped(key):
+            try:
+                self._client().blob(self._name(key)).delete(retry=None, timeout=self._timeouts)
+            except NotFound:
+                self._check_bucket(key)  # a missing key is fine; a missing bucket is not
 
-    def _iter_keys(self, prefix: str) -> Iterator[str]:
-        full = self.prefix + prefix
-        start = len(self.prefix)
-        token: str | None = None
-        while True:
-            names, token = self._with_retries(prefix, partial(self._list_page, full, token))
-            for name in names:
-                yield name[start:]
-            if not token:
-                return
-
-    def _list_page(self, full: str, token: str | None) -> tuple[list[str], str | None]:
-        """One page of object names under ``full`` and the token for the next page."""
-        try:
-            iterator = self._connect().client.list_blobs(
-                self.bucket,
-                prefix=full,
-                page_size=PAGE_SIZE,
-                page_token=token,
-                fields="items(name),nextPageToken",
-                retry=None,
-                timeout=self._timeout,
-            )
-            for page in iterator.pages:
-                return [blob.name for blob in page], iterator.next_page_token
-            return [], None
-        except self._sdk_errors() as exc:
-            raise self._map_error(exc, None) from exc
+    def _list_page(self, names: str, token: str | None) -> tuple[list[str], str | None]:
+        bucket = self._client()
+        iterator = bucket.client.list_blobs(
+            self.container,
+            prefix=names,
+            page_size=self.page_size,
+            page_token=token,
+            fields="items(name),nextPageToken",
+            retry=None,
+            timeout=self._timeouts,
+        )
+        for page in iterator.pages:
+            return [blob.name for blob in page], iterator.next_page_token
+        return [], None
