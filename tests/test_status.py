@@ -162,3 +162,16 @@ def test_lanes_come_from_identifiers() -> None:
     assert lane_of("lane2-0017") == "lane2"
     assert lane_of("a-b-3") == "a-b"
     assert lane_of("shard7") == ""
+
+
+def test_status_survives_malformed_records_and_names_them(box: Mailbox) -> None:
+    finished_run(box)
+    box.put("learners/broken", b"\xff not json")
+    box.put("learners/listed", b"[1, 2]")
+    box.put("learners/typed", b'{"units_claimed": "many", "rate": "fast", "updated_at": "x"}')
+    status = read_status(box)
+    text = format_status(status)
+    assert "warning: learners/broken does not hold a readable record; skipped" in text
+    assert "warning: learners/listed does not hold a readable record; skipped" in text
+    assert "typed" in text  # shown, with unreadable fields as zero or '-'
+    assert status.complete
