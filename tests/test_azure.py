@@ -200,6 +200,31 @@ def test_malformed_connection_string_is_not_echoed(monkeypatch: pytest.MonkeyPat
     assert WRONG_KEY not in _everything_said(caught.value)
 
 
+#: A well-formed account key with a '+', which a URL query decodes as a space.
+KEY_WITH_PLUS = "QWNjb3VudEtleStXaXRoK1BsdXNlcysrK0FjY291bnRLZXkrV2l0aCtQbHVzZXMrKys+Lw=="
+
+
+def test_account_key_in_the_url_query_arrives_damaged_and_is_refused_unechoed() -> None:
+    secret = connection_string("http://127.0.0.1:9").replace(AZURITE_KEY, KEY_WITH_PLUS)
+    assert "+" in secret
+    with pytest.raises(ConfigurationError) as caught:
+        from_url(f"az://container/p?connection_string={secret}")
+    said = _everything_said(caught.value)
+    assert "AZURE_STORAGE_CONNECTION_STRING" in said
+    assert "keyword argument" in said
+    for fragment in KEY_WITH_PLUS.split("+"):
+        assert fragment not in said
+    # The same string as a keyword argument arrives intact and is accepted.
+    from_url("az://container/p", connection_string=secret)
+
+
+def test_sas_token_damaged_by_url_query_decoding_is_refused_unechoed() -> None:
+    damaged = "http://127.0.0.1:9/devstoreaccount1?sv=2024-08-04&sig=abc def%3D"
+    with pytest.raises(ConfigurationError, match="AZURE_STORAGE_CONNECTION_STRING") as caught:
+        from_url("az://container/p", account_url=damaged)
+    assert "abc def" not in _everything_said(caught.value)
+
+
 def test_azure_storage_connection_string_is_honoured(
     rig_azure: Rig, azure_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -338,6 +363,20 @@ def test_pickled_mailbox_reopens_with_its_options(rig_azure: Rig) -> None:
     clone = pickle.loads(pickle.dumps(box))
     assert clone.get("k") == b"v"
     assert clone.put_if_absent("k", b"other") is False
+
+
+def test_pickle_carries_the_account_key_and_sas_as_documented(
+    rig_azure: Rig, azure_endpoint: str
+) -> None:
+    # Documented next to every pickling mention: worker processes need the secret to reopen
+    # the mailbox, so whoever can read the pickle can use it.
+    box = rig_azure.fresh()
+    assert AZURITE_KEY.encode() in pickle.dumps(box)
+    sas = _account_sas()
+    signature = dict(part.split("=", 1) for part in sas.split("&"))["sig"]
+    with_sas = from_url(box.url, account_url=f"{azure_endpoint}/devstoreaccount1?{sas}")
+    assert signature.encode() in pickle.dumps(with_sas)
+    assert signature not in repr(with_sas)
 
 
 def test_closed_mailbox_reconnects_on_next_use(rig_azure: Rig) -> None:

@@ -410,6 +410,39 @@ def test_missing_credentials_raise_access_denied_naming_the_fix(moto_endpoint: s
     assert "AWS_ACCESS_KEY_ID" in done.stdout
 
 
+def test_gradientmail_never_turns_on_botocore_debug_logs_which_hold_the_session_token(
+    rig_s3_moto: Rig, moto_endpoint: str
+) -> None:
+    # A fresh interpreter whose application logs at INFO, as applications do: the session
+    # token must not reach its logs, and the SDK's loggers must be left as they were.
+    token = "gm-session-token-" + uuid.uuid4().hex
+    script = (
+        "import io, logging, gradientmail\n"
+        "stream = io.StringIO()\n"
+        "logging.basicConfig(level=logging.INFO, stream=stream)\n"
+        f"box = gradientmail.from_url({rig_s3_moto.url()!r}, endpoint_url={moto_endpoint!r})\n"
+        "box.put_if_absent('k', b'v'); box.get('k'); list(box.list())\n"
+        "names = ('botocore', 'boto3', 'urllib3')\n"
+        "loggers = [logging.getLogger(n) for n in names]\n"
+        "print([x.level for x in loggers],"
+        " [h for x in loggers for h in x.handlers if not isinstance(h, logging.NullHandler)])\n"
+        f"print('at info:', {token!r} in stream.getvalue())\n"
+        "logging.getLogger('botocore').setLevel(logging.DEBUG)\n"
+        "box.put('k', b'w')\n"
+        f"print('at debug:', {token!r} in stream.getvalue())\n"
+    )
+    env = {**os.environ, "AWS_SESSION_TOKEN": token}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "[0, 0, 0] []",  # NOTSET, no handler added: gradientmail configured nothing
+        "at info: False",
+        "at debug: True",  # what the S3 docstring warns of: the check looked at real output
+    ]
+
+
 def test_credentials_never_appear_in_reprs_errors_or_pickles(
     rig_s3_moto: Rig, moto_endpoint: str
 ) -> None:

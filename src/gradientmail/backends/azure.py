@@ -14,10 +14,20 @@ URL and options
     ``connect_timeout`` (float seconds, default 3) and ``read_timeout`` (float seconds,
     default 60) bound every request.
 
+Secrets
+    Pass ``connection_string`` and ``account_url`` as keyword arguments, or set
+    ``AZURE_STORAGE_CONNECTION_STRING``; never in the URL's query. A query is decoded as a
+    form, where ``+`` means a space and ``&`` separates options, so a key or SAS put there
+    arrives damaged (and URLs are copied into logs and shell histories). An account key or
+    SAS signature holding a space, which a real one never does, is refused with a
+    ``ConfigurationError`` saying so, rather than failing later as refused credentials.
+
     Connection strings, account keys and SAS tokens never appear in a ``repr``, an error
     message or a log line written by gradientmail: messages name the mailbox URL and at
-    most the account endpoint without its query. A mailbox opened with
-    ``connection_string`` carries it when pickled, so worker processes can reopen it.
+    most the account endpoint without its query. A mailbox pickles as its URL and options,
+    so a mailbox opened with ``connection_string``, or an ``account_url`` holding a SAS
+    token, carries that account key or SAS, in clear, in its pickle: worker processes can
+    reopen it, and anyone who reads the pickle can use it.
 
 Errors
     :meth:`AzureMailbox._map_error` is the one place SDK exceptions become gradientmail
@@ -81,14 +91,38 @@ _CONTAINER_NAME = re.compile(r"(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 _CONTAINER_RULE = "3-63 lowercase letters, digits and single hyphens"
 
 
-def _secret(value: object) -> str:
+def _damaged(what: str) -> ValueError:
     # Never echo the value: it holds an account key or a SAS token.
+    return ValueError(
+        f"the {what} holds a space, which a real one never does: a '+' in it was read as a "
+        "space, as happens in a URL's query; pass secrets as keyword arguments "
+        f"(connection_string=..., account_url=...) or set {CONNECTION_STRING_ENV}, never "
+        "in the URL"
+    )
+
+
+def _connection_string(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("expected a non-empty string")
+    for field in value.split(";"):
+        name, _, secret = field.partition("=")
+        if name.strip() in ("AccountKey", "SharedAccessSignature") and " " in secret.strip():
+            raise _damaged(f"{name.strip()} in the connection string")
     return value
 
 
-_OPTIONS = {"connection_string": _secret, "account_url": _secret}
+def _account_url(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a non-empty string")
+    if " " in urlsplit(value).query:
+        raise _damaged("SAS token in account_url")
+    return value
+
+
+_OPTIONS = {
+    "connection_string": _connection_string,
+    "account_url": _account_url,
+}
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ URL and options
     Without an emulator, credentials come from the standard Google chain (Application
     Default Credentials: ``GOOGLE_APPLICATION_CREDENTIALS``, ``gcloud auth
     application-default login``, or the metadata server). They never appear in a ``repr``
-    or an error message.
+    or an error message. A mailbox pickles as its URL and these options, none of them a
+    credential, and reopens with a fresh client in the receiving process.
 
 Errors
     :meth:`GCSMailbox._map_error` is the one place SDK exceptions become gradientmail

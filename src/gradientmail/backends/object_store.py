@@ -33,7 +33,8 @@ the options it accepts, and supplies:
   other tools) are skipped, since no operation could be called with them.
 
 Pickling: a mailbox pickles as its URL and the options it was opened with, and reopens with
-a fresh client in the receiving process.
+a fresh client in the receiving process. Options may be secrets (an Azure connection
+string or a SAS token): the pickle then carries them, in clear.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class StoreURL:
         """The URL of ``container`` and ``prefix``; :meth:`split` gives them back unchanged.
 
         ``%``, ``?`` and ``#`` in the prefix are quoted, so that a pickled mailbox reopens
-        exactly this prefix.
+        exactly this prefix. (The pickle carries the options too: Azure's account key or
+        SAS token, in clear, when the mailbox was opened with one.)
         """
         path = prefix.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
         return f"{self.scheme}://{container}/{path}" if path else f"{self.scheme}://{container}"

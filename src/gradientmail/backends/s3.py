@@ -16,8 +16,14 @@ URL and options
 
     Credentials come from the standard boto3 chain (environment, config files, SSO,
     instance metadata...). They are never taken from the URL, and never appear in a
-    ``repr`` or an error message. A mailbox pickles as its URL and these options, and
-    reopens with a fresh client in the receiving process.
+    ``repr`` or an error message. A mailbox pickles as its URL and these options, none of
+    them a credential, and reopens with a fresh client in the receiving process.
+
+    botocore's own ``DEBUG`` log holds every request's headers, so it holds the AWS session
+    token (``X-Amz-Security-Token``) and the request signatures. gradientmail never enables
+    it; an application that sets the root logger, or the ``botocore`` / ``boto3`` loggers,
+    to ``DEBUG`` (``logging.basicConfig(level=logging.DEBUG)``,
+    ``boto3.set_stream_logger()``) writes those secrets to its logs.
 
 Errors
     :meth:`S3Mailbox._map_error` is the one place botocore exceptions become gradientmail
