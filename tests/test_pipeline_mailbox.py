@@ -183,19 +183,22 @@ def test_leaving_early_stops_the_threads(rig: Rig) -> None:
     assert not left, f"threads left running: {left}"
 
 
-def test_an_aborted_producer_stops_heartbeating(rig: Rig) -> None:
+def test_an_aborted_producer_refuses_items_and_stops_renewing_its_lease(rig: Rig) -> None:
     url = rig.url()
     pipe = open_pipe(url, ["doomed"], rig.options, **FAST)
     out = pipe.producer("doomed")
+    renewer = "gradientmail-lease-doomed"
+    threads = [t for t in threading.enumerate() if t.name == renewer]
+    assert threads, "the producer renews its lease in a background thread"
     pipe.abort("test")
-    beat = "gradientmail-heartbeat-doomed"
-    threads = [t for t in threading.enumerate() if t.name == beat]
+    step = threading.Event()  # never set: wait(t) stands in for making an item
+    with pytest.raises(PipelineAbortedError, match="test"):
+        for seq in range(1000):
+            out.put(payload("doomed", seq))
+            step.wait(0.01)  # the abort record is read once per heartbeat_interval
     for thread in threads:
         thread.join(JOIN)
-    assert threads
     assert not [t for t in threads if t.is_alive()]
-    with pytest.raises(PipelineAbortedError, match="test"):
-        out.put(b"too late")
 
 
 def test_decode_runs_ahead_and_its_errors_arrive_after_earlier_items(rig: Rig) -> None:

@@ -18,7 +18,6 @@ from gradientmail.patterns.pipeline import Pipeline, PipelineError, ProducerFail
 from gradientmail.patterns.pipeline.records import (
     Aborted,
     End,
-    Heartbeat,
     ItemClaim,
     Manifest,
     Record,
@@ -42,7 +41,6 @@ def fresh_box() -> MemoryMailbox:
 RECORDS: list[Record] = [
     Manifest(("a", "nœud-1"), 8),
     Registration("host-1", 4242, "f" * 32),
-    Heartbeat("f" * 32, beat=3, produced=17),
     End("done", count=5, by="a", token="f" * 32),
     End("lost", count=2, by="trainer", token=None, silent_s=15.25),
     Aborted("stopped by the operator"),

@@ -31,8 +31,9 @@ layout, the costs, and why the simpler protocols fail):
 * **Backpressure.** ``capacity`` bounds the items put and not yet taken (over a mailbox,
   ``ceil(capacity / len(producers))`` per producer).
 * **Failures arrive after the items before them.** A producer's exception reaches a
-  consumer as :class:`ProducerFailedError` naming it; a producer whose heartbeat lapses
-  for ``lease`` seconds as :class:`ProducerLostError`; no progress for ``stall_timeout``
+  consumer as :class:`ProducerFailedError` naming it; a producer whose lease
+  (:mod:`gradientmail.patterns.leases`) goes unrenewed for ``lease`` seconds as
+  :class:`ProducerLostError`; no progress for ``stall_timeout``
   seconds as :class:`PipelineStalledError`; ``pipe.abort()`` as
   :class:`PipelineAbortedError` in every consumer and producer.
 * **Ids** of producers and consumers follow gradientmail's one ID rule

@@ -234,8 +234,11 @@ class Pipeline(Generic[T]):
                 ``ceil(capacity / len(producers))`` (see Backpressure in ``docs/pipeline.md``).
             stall_timeout: see :meth:`in_process`.
             prefetch: items a consumer claims and reads ahead of its loop.
-            heartbeat_interval: seconds between a producer's heartbeats.
-            lease: seconds of unchanged heartbeat after which a producer is declared lost.
+            heartbeat_interval: seconds between renewals of a producer's lease (see
+                :class:`gradientmail.patterns.leases.Lease`); also how often producers and
+                idle consumers look for an abort.
+            lease: seconds a producer's lease may go unrenewed, by a consumer's clock,
+                before that consumer declares it lost.
             poll_interval: the longest pause between polls of the store when idle (polls
                 start at a millisecond and back off to this).
 

@@ -9,8 +9,10 @@ travels through the same buffer, after the items before it. The consumer stops w
 declared producer has an end record and its cursor has reached that record's count.
 
 While it finds nothing, the thread polls with a :class:`~gradientmail.patterns.workers.Backoff`
-and declares lost a registered producer whose heartbeat is unchanged for ``lease`` seconds
-(by this consumer's clock).
+and, once per ``heartbeat_interval``, observes the leases of the unfinished producers with a
+:class:`~gradientmail.patterns.leases.LeaseWatcher`: a registered producer whose lease was
+unchanged for ``lease`` seconds (by this consumer's clock) is declared lost with
+compare-and-swap on its lease, and then its end record is created with status ``lost``.
 """
 
 from __future__ import annotations
@@ -30,15 +32,16 @@ from gradientmail.errors import (
     ProducerLostError,
 )
 from gradientmail.patterns.claims import claim
+from gradientmail.patterns.leases import LeaseState, LeaseWatcher
 from gradientmail.patterns.pipeline.api import Consumer, Decode
 from gradientmail.patterns.pipeline.records import (
     ABORTED_KEY,
+    PRODUCER_LEASES,
     Aborted,
     End,
     claim_key,
     end_key,
     exists,
-    heartbeat_key,
     item_key,
 )
 from gradientmail.patterns.pipeline.stats import ConsumerStats
@@ -58,8 +61,8 @@ class _Cursor:
     next: int = 0
     end: End | None = None
     catching_up: bool = True
-    heartbeat: bytes | None = None
-    heartbeat_changed: float = 0.0
+    #: The producer's lease as last observed (``None`` before the first observation).
+    lease: LeaseState | None = None
     checked: float = 0.0
 
     def exhausted(self) -> bool:
@@ -89,7 +92,8 @@ class MailboxConsumer(Consumer[Any]):
         self._buffer: HandoffBuffer[Any] = HandoffBuffer(core.settings.prefetch)
         self._done = False
         now = time.monotonic()
-        self._cursors = [_Cursor(p, heartbeat_changed=now, checked=now) for p in core.declared]
+        self._cursors = [_Cursor(p, checked=now) for p in core.declared]
+        self._producers = LeaseWatcher(self._box, PRODUCER_LEASES, duration=core.settings.lease)
         # Consumers start their round robin at different producers, so they collide less.
         self._turn = zlib.crc32(consumer_id.encode("utf-8")) % len(self._cursors)
         self._worker = Worker(f"gradientmail-consumer-{consumer_id}", self._run)
@@ -215,7 +219,6 @@ class MailboxConsumer(Consumer[Any]):
                 continue  # the end arrived: the item exists now, or the producer is exhausted
             if claim(box, claim_key(producer, seq), self.id):
                 cursor.next += 1
-                cursor.heartbeat_changed = time.monotonic()
                 return data
             # Another consumer is reading this producer too: skip ahead without reading,
             # and let the caller try the next producer rather than race on this one.
@@ -229,7 +232,7 @@ class MailboxConsumer(Consumer[Any]):
         if end.status == "lost":
             return ProducerLostError(
                 f"producer {producer!r} was lost after putting {end.count} item(s): its "
-                f"heartbeat was unchanged for over {self._core.settings.lease}s (declared by "
+                f"lease was not renewed for over {self._core.settings.lease}s (declared by "
                 f"{end.by}); did its process die?",
                 producer=producer,
                 items=end.count,
@@ -240,21 +243,17 @@ class MailboxConsumer(Consumer[Any]):
         )
 
     def _watch(self, now: float) -> None:
-        """While idle: declare lost the producers whose heartbeat stopped."""
+        """While idle: declare lost the producers whose lease stopped being renewed."""
         settings = self._core.settings
         for cursor in self._cursors:
             if cursor.end is not None or now - cursor.checked < settings.heartbeat_interval:
                 continue
             cursor.checked = now
-            try:
-                beat = self._box.get(heartbeat_key(cursor.producer))
-            except KeyNotFoundError:
+            cursor.lease = observed = self._producers.observe(cursor.producer)
+            if observed.state == "missing":
                 continue  # not registered yet: only stall_timeout applies
-            if beat != cursor.heartbeat:
-                cursor.heartbeat = beat
-                cursor.heartbeat_changed = now
-            elif now - cursor.heartbeat_changed > settings.lease:
-                self._declare_lost(cursor, now - cursor.heartbeat_changed)
+            if observed.dead and self._producers.declare_lost(cursor.producer, self.id):
+                self._declare_lost(cursor)
 
     def _check_aborted(self) -> None:
         """Raise if the pipeline was aborted, or failed through another consumer."""
@@ -269,11 +268,18 @@ class MailboxConsumer(Consumer[Any]):
                 raise self._failure(producer, end)
         raise PipelineAbortedError(f"the pipeline was aborted: {aborted.reason}")
 
-    def _declare_lost(self, cursor: _Cursor, silent: float) -> None:
+    def _declare_lost(self, cursor: _Cursor) -> None:
+        """Create the end record of a producer whose lease this consumer declared lost.
+
+        The lease was swapped to ``lost`` first, so the producer stops at its next renewal
+        or item; the count is the items stored by then. If the producer wrote its own end
+        meanwhile, that one stands (whoever creates the record first decides).
+        """
         producer = cursor.producer
         count = cursor.next
         while exists(self._box, item_key(producer, count)):
             count += 1
+        silent = self._core.settings.lease
         lost = End("lost", count=count, by=self.id, token=None, silent_s=silent)
         self._box.put_if_absent(end_key(producer), lost.to_bytes())
         cursor.end = End.read(self._box, end_key(producer))
@@ -283,6 +289,8 @@ class MailboxConsumer(Consumer[Any]):
         for cursor in self._cursors:
             if cursor.end is not None:
                 continue
-            state = "not registered" if cursor.heartbeat is None else "registered, heartbeating"
+            lease = cursor.lease
+            registered = lease is not None and lease.state != "missing"
+            state = "registered, renewing its lease" if registered else "not registered"
             parts.append(f"{cursor.producer} ({state}, next item #{cursor.next})")
         return ", ".join(parts)

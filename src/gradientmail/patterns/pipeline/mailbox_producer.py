@@ -1,13 +1,17 @@
-"""A producer over a mailbox: numbered items, backpressure by claims, a heartbeat, an end.
+"""A producer over a mailbox: numbered items, backpressure by claims, a lease, an end.
 
 * Registration: ``producers/{id}/registered`` is created once, so a second registration of
   one id (in any process) is refused.
 * Items: item ``n`` is created at ``items/{id}/{n}``; before writing it, the producer waits
   until ``claims/{id}/{n - share}`` exists (claims of one producer form a prefix, so that
   one read proves at most ``share`` of its items are unclaimed).
-* Heartbeat: a background :class:`~gradientmail.patterns.workers.Worker` rewrites
-  ``producers/{id}/heartbeat`` every ``heartbeat_interval`` and watches for being fenced
-  (an end record it did not write) or an abort; ``put`` then raises.
+* Lease: the producer holds a :class:`~gradientmail.patterns.leases.Lease` at
+  ``leases/producers/{id}``, renewed every ``heartbeat_interval`` by a background thread.
+  Consumers watch it and declare a producer lost once it was unchanged for ``lease``
+  seconds. Before each item ``put`` checks the lease (:meth:`Lease.ensure_fresh`: free
+  while the last renewal is recent), so a producer that was declared lost, or was paused
+  past its lease, stops with ``PipelineAbortedError`` instead of adding items that no longer
+  count. ``put`` also reads the ``aborted`` record once per ``heartbeat_interval``.
 * End: ``producers/{id}/end`` is created once with the final count, by ``done``/``fail``,
   or by a consumer that declared the producer lost; whoever creates it first decides.
 """
@@ -16,34 +20,33 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from typing import TYPE_CHECKING
 
 from gradientmail.backends.base import as_bytes
 from gradientmail.errors import (
-    GradientMailError,
+    LeaseLostError,
     PipelineAbortedError,
     PipelineError,
     PipelineStalledError,
     ProducerRegistrationError,
 )
 from gradientmail.patterns.claims import new_token
+from gradientmail.patterns.leases import Lease
 from gradientmail.patterns.pipeline.api import Producer
 from gradientmail.patterns.pipeline.records import (
     End,
     EndStatus,
-    Heartbeat,
     Registration,
     claim_key,
     end_key,
     exists,
-    heartbeat_key,
     item_key,
+    producer_lease_key,
     registered_key,
 )
 from gradientmail.patterns.pipeline.stats import ProducerStats
-from gradientmail.patterns.workers import Backoff, CarriedError, Worker
+from gradientmail.patterns.workers import Backoff, CarriedError
 
 if TYPE_CHECKING:
     from gradientmail.patterns.pipeline.over_mailbox import MailboxTransport
@@ -67,7 +70,8 @@ class MailboxProducer(Producer[bytes]):
         self._token = new_token()
         self._seq = 0
         self._claimed = 0  # a lower bound on how many of our items are claimed
-        self._stopped: str | None = None  # set by the heartbeat thread: fenced or aborted
+        self._stopped: str | None = None  # why put() refuses: fenced or aborted
+        self._aborted_checked = time.monotonic()
         key = registered_key(producer_id)
         registration = Registration(socket.gethostname(), os.getpid(), self._token)
         if not self._box.put_if_absent(key, registration.to_bytes()):
@@ -77,42 +81,55 @@ class MailboxProducer(Producer[bytes]):
                 f"producer {producer_id!r} has already registered in {self._box.url}{by}; "
                 "each declared id registers once per run"
             )
-        self._beat = 0
-        self._send_heartbeat()
-        self._heartbeat = Worker(f"gradientmail-heartbeat-{producer_id}", self._heartbeat_loop)
-        self._heartbeat.start()
+        settings = core.settings
+        self._lease = Lease(
+            self._box,
+            producer_lease_key(producer_id),
+            producer_id,
+            duration=settings.lease,
+            period=settings.heartbeat_interval,
+        )
+        self._lease.acquire()  # a fresh key: registration already made this id unique
+        self._lease.start()
+        self._lease_ended = False
 
-    # -- heartbeat ----------------------------------------------------------------------
-
-    def _send_heartbeat(self) -> None:
-        self._beat += 1
-        beat = Heartbeat(token=self._token, beat=self._beat, produced=self._seq)
-        self._box.put(heartbeat_key(self.id), beat.to_bytes())
-
-    def _heartbeat_loop(self, stop: threading.Event) -> None:
-        while not stop.wait(self._core.settings.heartbeat_interval):
-            try:
-                self._send_heartbeat()
-                end = End.read(self._box, end_key(self.id))
-                if end is not None and end.token != self._token:
-                    self._stopped = (
-                        f"producer {self.id!r} was {_declared_by(end)} (its heartbeat was "
-                        f"silent for over {self._core.settings.lease}s); items from "
-                        f"#{end.count} on are discarded"
-                    )
-                    return  # fenced: nothing this producer does counts any more
-                aborted = self._core.aborted()
-                if aborted is not None:
-                    self._stopped = f"the pipeline was aborted: {aborted.reason}"
-                    return
-            except GradientMailError:
-                # A store hiccup: the next beat retries. If the store stays unreachable,
-                # consumers declare this producer lost and the fence stops it.
-                continue
+    # -- the lease and the abort record ---------------------------------------------------
 
     def _raise_if_stopped(self) -> None:
+        """Raise ``PipelineAbortedError`` if this producer was fenced or the run aborted."""
+        if self._stopped is None:
+            try:
+                self._lease.ensure_fresh()
+            except LeaseLostError as exc:
+                self._stop(self._fenced(exc), "failed")
+                raise PipelineAbortedError(self._stopped) from exc
+            now = time.monotonic()
+            if now - self._aborted_checked >= self._core.settings.heartbeat_interval:
+                self._aborted_checked = now
+                aborted = self._core.aborted()
+                if aborted is not None:
+                    self._stop(f"the pipeline was aborted: {aborted.reason}", "failed")
         if self._stopped is not None:
             raise PipelineAbortedError(self._stopped)
+
+    def _fenced(self, exc: LeaseLostError) -> str:
+        end = End.read(self._box, end_key(self.id))
+        how = "declared lost" if end is None else _declared_by(end)
+        after = "" if end is None else f"; items from #{end.count} on are discarded"
+        return (
+            f"producer {self.id!r} was {how}: its lease was not renewed for "
+            f"over {self._core.settings.lease}s ({exc}){after}"
+        )
+
+    def _stop(self, why: str, state: str) -> None:
+        """Refuse further items, and stop renewing the lease (recording ``state``)."""
+        self._stopped = why
+        self._end_lease(state)
+
+    def _end_lease(self, state: str) -> None:
+        if not self._lease_ended:
+            self._lease_ended = True
+            self._lease.end(state)
 
     # -- items --------------------------------------------------------------------------
 
@@ -162,7 +179,7 @@ class MailboxProducer(Producer[bytes]):
         try:
             stored = self._box.put_if_absent(end_key(self.id), end.to_bytes())
         finally:
-            self._heartbeat.stop()
+            self._end_lease("finished" if status == "done" else "failed")
         if not stored:
             other = End.read(self._box, end_key(self.id))
             after = "" if other is None else f" after {other.count} item(s)"

@@ -4,8 +4,8 @@ Mailbox layout (one run per mailbox namespace; a new run uses a new URL)::
 
     pipeline                    Manifest: the declared producers and capacity (put_if_absent)
     producers/{id}/registered   Registration: who registered, created once (put_if_absent)
-    producers/{id}/heartbeat    Heartbeat: {beat, produced}, overwritten every heartbeat_interval
     producers/{id}/end          End: {status: done|failed|lost, count, error}, created once
+    leases/producers/{id}       the producer's lease (gradientmail.patterns.leases.Lease)
     items/{id}/{seq}            the item's bytes, as put (put_if_absent)
     claims/{id}/{seq}           ItemClaim: the consumer that took the item (claim, read back)
     aborted                     Aborted: why the pipeline was stopped, if it was
@@ -31,9 +31,9 @@ from gradientmail.patterns.workers import CarriedError
 __all__ = [
     "ABORTED_KEY",
     "MANIFEST_KEY",
+    "PRODUCER_LEASES",
     "Aborted",
     "End",
-    "Heartbeat",
     "ItemClaim",
     "Manifest",
     "Record",
@@ -41,14 +41,16 @@ __all__ = [
     "claim_key",
     "end_key",
     "exists",
-    "heartbeat_key",
     "item_key",
     "producer_keys",
+    "producer_lease_key",
     "registered_key",
 ]
 
 MANIFEST_KEY = "pipeline"
 ABORTED_KEY = "aborted"
+#: Producer ``p``'s lease is ``PRODUCER_LEASES + p`` (a prefix, as a LeaseWatcher takes).
+PRODUCER_LEASES = "leases/producers/"
 #: Sequence numbers are zero-padded so that a producer's items list in order.
 SEQ_DIGITS = 12
 
@@ -58,9 +60,9 @@ def registered_key(producer: str) -> str:
     return f"producers/{producer}/registered"
 
 
-def heartbeat_key(producer: str) -> str:
-    """Where producer ``producer``'s :class:`Heartbeat` lives."""
-    return f"producers/{producer}/heartbeat"
+def producer_lease_key(producer: str) -> str:
+    """Where producer ``producer``'s lease lives."""
+    return PRODUCER_LEASES + producer
 
 
 def end_key(producer: str) -> str:
@@ -82,7 +84,7 @@ def producer_keys(producer: str) -> tuple[str, ...]:
     """One key of each form that names ``producer``, for checking its length up front."""
     return (
         registered_key(producer),
-        heartbeat_key(producer),
+        producer_lease_key(producer),
         end_key(producer),
         item_key(producer, 0),
         claim_key(producer, 0),
@@ -235,19 +237,8 @@ class Registration(Record):
     #: The host and process that registered, for the message refusing a second one.
     host: str
     pid: int
-    #: Unique to this registration: the producer signs its heartbeats and end with it.
+    #: Unique to this registration: the producer signs its end record with it.
     token: str
-
-
-@dataclass(frozen=True)
-class Heartbeat(Record):
-    """A producer's heartbeat; any change of its bytes tells consumers the producer lives."""
-
-    token: str
-    #: Counts up with every beat, so that each beat's bytes differ from the last.
-    beat: int
-    #: Items put so far.
-    produced: int
 
 
 EndStatus = Literal["done", "failed", "lost"]
@@ -270,7 +261,7 @@ class End(Record):
     token: str | None
     #: The producer's exception, for ``failed`` (stored through ``CarriedError.to_record``).
     error: CarriedError | None = None
-    #: How long the heartbeat was unchanged, for ``lost``.
+    #: For ``lost``: the lease duration its lease went unrenewed for (at least).
     silent_s: float | None = None
 
     def fields(self) -> dict[str, Any]:
