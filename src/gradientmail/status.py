@@ -160,6 +160,21 @@ def _learner_state(record: dict[str, Any], lease: dict[str, Any] | None, now: fl
     return str(record.get("state") or (lease or {}).get("state") or "?")
 
 
+def _records(mailbox: Mailbox, prefix: str, unreadable: list[str]) -> dict[str, dict[str, Any]]:
+    """Name → record for every key under ``prefix``; unreadable keys are noted, not fatal."""
+    found: dict[str, dict[str, Any]] = {}
+    for key in mailbox.list(prefix):
+        try:
+            body = decode_record(mailbox.get(key))
+        except LookupError:
+            continue  # deleted since the listing
+        if body is None:
+            unreadable.append(key)
+        else:
+            found[key[len(prefix) :]] = body
+    return found
+
+
 def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
     """Read the manifest, the epoch's claims and completions, leases and progress records."""
     now = time.time()
@@ -180,26 +195,8 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
             continue
         if claim is None or claim.extra.get("state") not in ("released", "done"):
             in_progress += 1
-    leases: dict[str, dict[str, Any]] = {}
-    for key in mailbox.list(LEASES_PREFIX):
-        try:
-            body = decode_record(mailbox.get(key))
-        except LookupError:
-            continue
-        if body is None:
-            unreadable.append(key)
-            continue
-        leases[key[len(LEASES_PREFIX) :]] = body
-    learners: dict[str, dict[str, Any]] = {}
-    for key in mailbox.list(LEARNERS_PREFIX):
-        try:
-            body = decode_record(mailbox.get(key))
-        except LookupError:
-            continue
-        if body is None:
-            unreadable.append(key)
-            continue
-        learners[key[len(LEARNERS_PREFIX) :]] = body
+    leases = _records(mailbox, LEASES_PREFIX, unreadable)
+    learners = _records(mailbox, LEARNERS_PREFIX, unreadable)
     for name in leases:
         learners.setdefault(name, {})
     rows = []

@@ -75,7 +75,6 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from gradientmail.backends.options import positive
@@ -110,7 +109,7 @@ from gradientmail.patterns.progress import (
     queue_entered,
     queue_left,
 )
-from gradientmail.patterns.stats import Latencies, Stats
+from gradientmail.patterns.stats import QueueStats
 from gradientmail.patterns.unit_claims import Held, UnitClaims
 from gradientmail.patterns.workers import HandoffBuffer, Worker
 
@@ -130,44 +129,6 @@ DEFAULT_LEASE = 60.0
 
 U = TypeVar("U")
 T = TypeVar("T")
-
-
-@dataclass
-class QueueStats(Stats):
-    """A learner's queue telemetry. Read ``queue.stats`` at any time, or ``.snapshot()``."""
-
-    #: units this learner claimed or took over (and verified).
-    units_claimed: int = 0
-    #: units whose every item the consumer took.
-    units_finished: int = 0
-    #: completions this learner recorded.
-    units_completed: int = 0
-    #: units taken over from a learner that died, left early, or an earlier incarnation.
-    units_reclaimed: int = 0
-    #: units given back unfinished when the queue was left early.
-    units_released: int = 0
-    #: units of this epoch already done when the queue started (a resumed run).
-    units_done_before: int = 0
-    #: ``True`` once every unit of the epoch is done (this learner saw the end).
-    run_complete: bool = False
-    #: items returned by ``next()``.
-    items_delivered: int = 0
-    #: seconds the consumer spent blocked in ``next()`` waiting for an item.
-    wait_s: float = 0.0
-    #: seconds per won claim: the ``put_if_absent`` plus its read-back.
-    claim_latency: Latencies = field(default_factory=Latencies)
-    #: claims lost because another learner had created the unit first.
-    conflicts_lost: int = 0
-    #: listings of claims or completions taken while claiming (at the start, and to
-    #: refresh the local view after a lost claim or before concluding nothing is free).
-    listings: int = 0
-    #: scans (a listing of claims and one of completions) taken while waiting, with no unit
-    #: free, for the others to finish or for a dead learner's units.
-    wait_scans: int = 0
-    #: keys read by all those listings.
-    listed_keys: int = 0
-    #: lease renewals written.
-    lease_renewals: int = 0
 
 
 class SharedQueue(Generic[T]):
