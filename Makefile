@@ -6,8 +6,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# torch is pinned exactly: an unpinned torch pulls a multi-GB CUDA build.
-TORCH := torch==2.13.0
+# Installs are constrained by constraints/ci.txt, which pins torch exactly: an unpinned torch
+# pulls a multi-GB CUDA build. (The package itself only asks for torch>=2.13.)
+CONSTRAINTS := constraints/ci.txt
 AZURITE := azurite@3.35.0
 
 .PHONY: demo test test-fast lint bench clean
@@ -16,12 +17,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet "$(TORCH)" -e ".[torch,plot]"
+$(VENV)/.demo-installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[torch,plot]"
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet "$(TORCH)" -e ".[dev]"
+$(VENV)/.test-installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev]"
 	touch $@
 
 .emulators/node_modules/.bin/azurite-blob:
