@@ -170,3 +170,16 @@ def test_bad_arguments(box: Mailbox) -> None:
         pass
     with pytest.raises(ConfigurationError, match="already entered"), session:
         pass  # pragma: no cover - never entered
+
+
+def test_a_session_entered_after_its_queue_warns_naming_both(box: Mailbox) -> None:
+    units = {"u": 1}
+    with shared_queue(units, mailbox=box, learner_id="q", load=lambda u: [u]) as items:
+        with (
+            pytest.warns(
+                RuntimeWarning, match=r"Session 'q' was entered while a shared_queue for 'q'"
+            ),
+            Session(box, "q", publish_every=60) as late,
+        ):
+            list(items)
+        assert late.units_claimed == 0
