@@ -26,10 +26,18 @@ from gradientmail import (
     Version,
     from_url,
 )
-from gradientmail.backends import local, local_layout
+from gradientmail.backends import local, local_fs, local_layout
 from gradientmail.backends.local import FileMailbox
 
 BIG = 8 * 1024 * 1024
+
+
+@pytest.fixture(params=["unnamed", "named"])
+def staging(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a staged file is created: unnamed then linked (Linux), or by name."""
+    if request.param == "named":
+        monkeypatch.setattr(local_fs, "_TMPFILE", 0)
+    return str(request.param)
 
 
 def _writer(root: str, started: mp.synchronize.Event, fsync: bool) -> None:  # type: ignore[name-defined]
@@ -45,7 +53,9 @@ def _writer(root: str, started: mp.synchronize.Event, fsync: bool) -> None:  # t
 
 
 @pytest.mark.parametrize("fsync", [True, False], ids=["fsync", "no-fsync"])
-def test_sigkill_mid_write_leaves_no_partial_key_or_debris(tmp_root: str, fsync: bool) -> None:
+def test_sigkill_mid_write_leaves_no_partial_key_or_debris(
+    tmp_root: str, fsync: bool, staging: str
+) -> None:
     ctx = mp.get_context("fork")
     started = ctx.Event()
     proc = ctx.Process(target=_writer, args=(tmp_root, started, fsync))
@@ -329,6 +339,52 @@ def test_a_directory_moved_out_of_the_root_receives_no_more_writes(tmp_path: Pat
     assert list(box.list()) == ["a/c", "a/d"]
 
 
+def test_internal_directories_moved_out_of_the_root_receive_no_more_writes(
+    tmp_path: Path,
+) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    outside.mkdir()
+    box = FileMailbox(str(root), fsync=False)
+    box.put("k", b"1")
+    os.rename(root / ".locks", outside / "locks")
+    os.rename(root / ".tmp", outside / "tmp")
+    os.rmdir(outside / "tmp")  # a value staged through a stale descriptor would now fail
+    locks_before = sorted(os.listdir(outside / "locks"))
+    for i in range(20):
+        box.put(f"key-{i}", b"2")
+    box.put_if_absent("new", b"3")
+    assert sorted(os.listdir(outside / "locks")) == locks_before
+    assert box.get("key-19") == b"2"
+    assert os.listdir(root / ".tmp") == []
+
+
+def test_a_hard_linked_value_file_is_replaced_never_written_through(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    outside.mkdir()
+    box = FileMailbox(str(root), fsync=False)
+    box.put("k", b"mine")
+    os.link(root / "k.v", outside / "linked")  # the same inode, reachable from outside
+    _, version = box.get_versioned("k")
+    box.put_if_match("k", b"compare-and-swapped", version)
+    box.put("k", b"overwritten")
+    box.delete("k")
+    assert (outside / "linked").read_bytes().endswith(b"mine")
+
+
+def test_a_fifo_where_a_key_directory_belongs_is_refused_without_blocking(tmp_root: str) -> None:
+    box = FileMailbox(tmp_root, fsync=False)
+    os.mkfifo(Path(tmp_root, "a.d"))
+    for call in (
+        lambda: box.put("a/b", b"v"),
+        lambda: box.put_if_absent("a/b", b"v"),
+        lambda: box.get("a/b"),
+    ):
+        error = _bounded(call)
+        assert isinstance(error, BackendError), error
+        assert "a.d is not a directory" in str(error)
+    assert _bounded(lambda: list(box.list())) is None
+
+
 # -- threads sharing one handle ----------------------------------------------------------------
 
 
@@ -432,7 +488,9 @@ def _write_while_paused(root: str, staged: MpEvent, resume: MpEvent) -> None:
     FileMailbox(root).put_if_absent("k", b"from the paused writer")
 
 
-def test_the_sweep_keeps_a_live_writers_staged_file_whose_pid_looks_dead(tmp_root: str) -> None:
+def test_the_sweep_keeps_a_live_writers_staged_file_whose_pid_looks_dead(
+    tmp_root: str, staging: str
+) -> None:
     ctx = mp.get_context("fork")
     staged, resume = ctx.Event(), ctx.Event()
     writer = ctx.Process(target=_write_while_paused, args=(tmp_root, staged, resume))
@@ -446,6 +504,29 @@ def test_the_sweep_keeps_a_live_writers_staged_file_whose_pid_looks_dead(tmp_roo
         writer.join(30)
     assert writer.exitcode == 0, "the writer lost its staged file to the sweep"
     assert FileMailbox(tmp_root).get("k") == b"from the paused writer"
+
+
+def _write_many_with_a_dead_looking_pid(root: str, count: int) -> None:
+    os.getpid = lambda: DEAD_PID  # as seen from another PID namespace
+    box = FileMailbox(root, fsync=False)
+    for i in range(count):
+        box.put_if_absent(f"claim/{i}", b"x" * 4096)
+        box.put(f"progress/{i % 7}", b"y" * 4096)
+
+
+def test_opens_in_another_process_never_break_a_busy_writers_writes(tmp_root: str) -> None:
+    ctx = mp.get_context("fork")
+    writer = ctx.Process(target=_write_many_with_a_dead_looking_pid, args=(tmp_root, 400))
+    writer.start()
+    opens = 0
+    while writer.is_alive() or opens == 0:
+        FileMailbox(tmp_root)  # each open sweeps .tmp while the writer stages values there
+        opens += 1
+    writer.join()
+    assert writer.exitcode == 0, f"a write failed while {opens} opens swept .tmp"
+    box = FileMailbox(tmp_root)
+    assert len(list(box.list("claim/"))) == 400
+    assert os.listdir(Path(tmp_root, ".tmp")) == []
 
 
 # -- fork ----------------------------------------------------------------------------------------

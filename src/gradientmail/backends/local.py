@@ -34,10 +34,11 @@ Guarantees
       or lock file belongs is refused at once with a ``BackendError`` naming it (opens
       never block). ``put_if_absent`` over one raises rather than returning ``False``;
       ``put`` replaces it.
-    * Directories below the root are opened afresh on every call, so a directory moved out
-      of the root receives no more writes. The root, ``.tmp`` and ``.locks`` stay open per
-      handle: if the root is removed, every call raises ``BucketNotFoundError`` (open the URL
-      again to start afresh); if it is renamed, the handle follows it.
+    * Every directory inside the root (``.tmp`` and ``.locks`` included) is opened afresh
+      on every call, so a directory moved out of the root receives no more writes. Only the
+      root stays open per handle: if it is removed, every call raises
+      ``BucketNotFoundError`` (open the URL again to start afresh); if it is renamed, the
+      handle follows it.
     * ``put``, ``delete`` and compare-and-swap take a per-key lock (one of 256 ``flock``
       stripes plus a process-local lock), so CAS is linearizable against them across
       processes. ``put_if_absent`` needs no lock.
@@ -106,7 +107,7 @@ class FileMailbox(BaseMailbox):
         super().__init__(file_url(root), options)
         self.root = root
         self.fsync = fsync
-        self._cached: fs.RootDirs | None = None  # root, .tmp and .locks, opened once per process
+        self._cached: int | None = None  # the root's descriptor, opened once per process
         self._cache_lock = threading.Lock()
         try:
             os.makedirs(root, exist_ok=True)
@@ -117,7 +118,8 @@ class FileMailbox(BaseMailbox):
         except OSError as exc:
             raise self._map(exc, None) from exc
         try:
-            fs.sweep_staging(self._dirs().staging)
+            with self._managed(fs.STAGING) as staging:
+                fs.sweep_staging(staging)
         except OSError as exc:
             raise self._map(exc, None) from exc
         fs.register_for_fork(self)
@@ -145,22 +147,31 @@ class FileMailbox(BaseMailbox):
 
     # -- descriptors and errors -------------------------------------------------------------
 
-    def _dirs(self) -> fs.RootDirs:
-        dirs = self._cached
-        if dirs is None:
+    def _root(self) -> int:
+        fd = self._cached
+        if fd is None:
             with self._cache_lock:
-                dirs = self._cached
-                if dirs is None:
+                fd = self._cached
+                if fd is None:
                     try:
-                        with fs.fork_gate():  # a fork sees these either cached or not yet open
-                            dirs = self._cached = fs.open_root(self.root)
+                        with fs.fork_gate():  # a fork sees it either cached or not yet open
+                            fd = self._cached = fs.open_root(self.root)
                     except FileNotFoundError as exc:
                         if exc.filename == self.root:
                             raise self._removed() from exc
                         raise self._map(exc, None) from exc
                     except OSError as exc:
                         raise self._map(exc, None) from exc
-        return dirs
+        return fd
+
+    @contextmanager
+    def _managed(self, name: str) -> Iterator[int]:
+        """``.tmp`` or ``.locks``, opened for one use (``OSError`` names it)."""
+        fd = fs.open_managed(self._root(), name)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         """Close cached directory descriptors; they reopen on next use."""
@@ -176,8 +187,8 @@ class FileMailbox(BaseMailbox):
         self._drop_cached()  # closes the child's copies only
 
     def _drop_cached(self) -> None:
-        dirs, self._cached = getattr(self, "_cached", None), None
-        for fd in dirs or ():
+        fd, self._cached = getattr(self, "_cached", None), None
+        if fd is not None:
             try:
                 os.close(fd)
             except OSError:
@@ -189,10 +200,10 @@ class FileMailbox(BaseMailbox):
         return self.root
 
     def _root_gone(self) -> bool:
-        dirs = self._cached
+        fd = self._cached
         try:
-            if dirs is not None:
-                return os.fstat(dirs.root).st_nlink == 0
+            if fd is not None:
+                return os.fstat(fd).st_nlink == 0
             return not os.path.isdir(self.root)
         except OSError:
             return False
@@ -259,12 +270,12 @@ class FileMailbox(BaseMailbox):
     def _locked(self, key: str) -> Iterator[None]:
         stripe = hashlib.blake2b(key.encode("utf-8"), digest_size=2).digest()[0]
         name = f"{stripe:02x}"
-        locks = self._dirs().locks
         with fs.stripe_lock(stripe):
-            try:
-                fd = fs.open_held(name, os.O_RDWR | os.O_CREAT | fs.O_FILE, locks)
-            except OSError as exc:
-                raise _inside(exc, fs.LOCKS, name) from None
+            with self._managed(fs.LOCKS) as locks:
+                try:
+                    fd = fs.open_held(name, os.O_RDWR | os.O_CREAT | fs.O_FILE, locks)
+                except OSError as exc:
+                    raise _inside(exc, fs.LOCKS, name) from None
             try:
                 mode = os.fstat(fd).st_mode
                 if not stat.S_ISREG(mode):
@@ -283,7 +294,7 @@ class FileMailbox(BaseMailbox):
         Opened from the root component by component with ``O_NOFOLLOW``, afresh on every
         call: a cached descriptor would follow a directory moved out of the root.
         """
-        root = self._dirs().root
+        root = self._root()
         fd = root
         try:
             for depth, name in enumerate(names, 1):
@@ -316,38 +327,39 @@ class FileMailbox(BaseMailbox):
             raise _inside(exc, *path) from None
 
     def _publish(
-        self, key: str, data: bytes, write_id: str, place: Callable[[str, int, str, str], None]
-    ) -> None:
-        """Stage the value, then ``place(staged, parent_fd, leaf, path)`` it, fsyncing the dir.
+        self, key: str, data: bytes, write_id: str, place: Callable[[str, int, int, str, str], bool]
+    ) -> bool:
+        """Stage the value, then ``place(staged, staging, parent, leaf, path)`` it, fsyncing.
 
-        The staged file stays locked until it is placed or removed (see ``local_fs``). An
-        error once ``place`` has succeeded raises ``OutcomeUnknownError``.
+        Returns what ``place`` returned: whether the value was placed (``False``: the name
+        was taken). The staged file stays locked until it is placed or removed (see
+        ``local_fs``). An error once the value was placed raises ``OutcomeUnknownError``.
         """
         names, leaf = layout.encode(key)
-        staging = self._dirs().staging
-        try:
-            staged, fd = fs.create_staged(staging, f"{_HOST}.{os.getpid()}.{write_id}")
-        except OSError as exc:
-            raise _inside(exc, fs.STAGING, str(exc.filename or "")) from None
-        placed = False
-        try:
-            view = memoryview(layout.header(write_id) + data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self.fsync:
-                os.fsync(fd)
-            with self._parent(names, create=True) as parent:
-                assert parent is not None
-                place(staged, parent, leaf, "/".join([*names, leaf]))
-                placed = True
+        with self._managed(fs.STAGING) as staging:
+            try:
+                staged, fd = fs.create_staged(staging, f"{_HOST}.{os.getpid()}.{write_id}")
+            except OSError as exc:
+                raise _inside(exc, fs.STAGING, str(exc.filename or "")) from None
+            placed = False
+            try:
+                view = memoryview(layout.header(write_id) + data)
+                while view:
+                    view = view[os.write(fd, view) :]
                 if self.fsync:
-                    os.fsync(parent)
-        except OSError as exc:
-            if placed:
-                raise self._landed(exc, key) from exc
-            raise
-        finally:
-            fs.discard_staged(staging, staged, fd)
+                    os.fsync(fd)
+                with self._parent(names, create=True) as parent:
+                    assert parent is not None
+                    placed = place(staged, staging, parent, leaf, "/".join([*names, leaf]))
+                    if placed and self.fsync:
+                        os.fsync(parent)
+            except OSError as exc:
+                if placed:
+                    raise self._landed(exc, key) from exc
+                raise
+            finally:
+                fs.discard_staged(staging, staged, fd)
+        return placed
 
     def _open_value(self, key: str) -> int | None:
         """A descriptor of the key's value file, or ``None`` if there is none."""
@@ -370,28 +382,27 @@ class FileMailbox(BaseMailbox):
     # -- primitives -------------------------------------------------------------------------
 
     def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
-        def link(staged: str, parent: int, leaf: str, path: str) -> None:
+        def link(staged: str, staging: int, parent: int, leaf: str, path: str) -> bool:
+            """Link the staged file to ``leaf``; ``False`` if the name is taken."""
             try:
                 os.link(staged, leaf, src_dir_fd=staging, dst_dir_fd=parent, follow_symlinks=False)
+                return True
             except FileExistsError:
                 try:
                     mode = os.stat(leaf, dir_fd=parent, follow_symlinks=False).st_mode
                 except FileNotFoundError:
-                    raise  # deleted since; the name was taken when we tried: we lost
+                    return False  # deleted since; the name was taken when we tried: we lost
                 if not stat.S_ISREG(mode):  # not a value: saying "someone else won" would lie
                     raise self._foreign(mode, path, key) from None
-                raise
+                return False
             except OSError as exc:
                 raise _inside(exc, path) from None
 
         try:
-            staging = self._dirs().staging
-            self._publish(key, data, write_id, link)
-        except FileExistsError:
-            return Conflict.LOST
+            placed = self._publish(key, data, write_id, link)
         except OSError as exc:
             raise self._map(exc, key) from exc
-        return Version(write_id)
+        return Version(write_id) if placed else Conflict.LOST
 
     def _read(self, key: str) -> tuple[bytes, Version]:
         try:
@@ -420,11 +431,13 @@ class FileMailbox(BaseMailbox):
         write_id = self._write_id(raw, key)
         return Stat(Version(write_id), write_id)
 
-    def _rename_into_place(self, staged: str, parent: int, leaf: str, path: str) -> None:
+    @staticmethod
+    def _rename_into_place(staged: str, staging: int, parent: int, leaf: str, path: str) -> bool:
         try:
-            os.rename(staged, leaf, src_dir_fd=self._dirs().staging, dst_dir_fd=parent)
+            os.rename(staged, leaf, src_dir_fd=staging, dst_dir_fd=parent)
         except OSError as exc:
             raise _inside(exc, path) from None
+        return True
 
     def _write(self, key: str, data: bytes, write_id: str) -> None:
         try:
@@ -466,7 +479,7 @@ class FileMailbox(BaseMailbox):
 
     def _list(self, prefix: str) -> Generator[str, None, None]:
         try:
-            root = self._dirs().root
+            root = self._root()
             if os.fstat(root).st_nlink == 0:
                 raise self._removed()
             fd = os.open(".", fs.O_DIR, dir_fd=root)  # a read position of this listing's own

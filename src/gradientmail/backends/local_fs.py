@@ -20,17 +20,17 @@ Locks that survive neither death nor fork
       the parent's thread believes it released;
     * replaces the process-local stripe locks (:func:`stripe_lock`), which another thread
       may have held at the fork;
-    * makes every registered mailbox drop its cached directory descriptors
+    * makes every registered mailbox drop its cached root descriptor
       (``_after_fork_in_child``), so the child opens its own.
 
     Descriptors of the forking thread itself are left alone: it carries on in the child.
 
 Staged files
     A value is written to a staged file in ``.tmp/`` first. :func:`create_staged` locks the
-    file before writing it, and :func:`sweep_staging` removes only staged files whose lock
-    it can take. So a live writer's file survives a sweep from any process, whatever PID
-    namespace or host it runs in, while a dead writer's lock is released by the kernel and
-    its debris goes at the next sweep.
+    file before writing it (on Linux, before it even has a name), and :func:`sweep_staging`
+    removes only staged files whose lock it can take. So a live writer's file survives a
+    sweep from any process, whatever PID namespace or host it runs in, while a dead
+    writer's lock is released by the kernel and its debris goes at the next sweep.
 """
 
 from __future__ import annotations
@@ -41,14 +41,13 @@ import os
 import stat
 import threading
 import weakref
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 __all__ = [
     "LOCKS",
     "O_DIR",
     "O_FILE",
     "STAGING",
-    "RootDirs",
     "close_held",
     "create_staged",
     "discard_staged",
@@ -56,6 +55,7 @@ __all__ = [
     "kind",
     "open_dir",
     "open_held",
+    "open_managed",
     "open_root",
     "register_for_fork",
     "stripe_lock",
@@ -69,8 +69,12 @@ O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOE
 #: Flags added to every open of a file the backend manages.
 O_FILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 STRIPES = 256
-#: Tries to create a staged file that a concurrent sweep does not remove first.
+#: Tries to create a staged file by name that a concurrent sweep does not remove first.
 _STAGE_ATTEMPTS = 5
+#: Unnamed files (Linux): 0 where the platform has none.
+_TMPFILE = getattr(os, "O_TMPFILE", 0)
+#: An unnamed file is given its name through /proc.
+_PROC_FD = os.path.isdir("/proc/self/fd")
 
 _KINDS = (
     (stat.S_ISREG, "regular file"),
@@ -91,38 +95,44 @@ def kind(mode: int) -> str:
     return "special file"
 
 
-class RootDirs(NamedTuple):
-    """Descriptors of a mailbox's root and of the two directories it manages inside."""
-
-    root: int
-    staging: int
-    locks: int
-
-
-def open_root(path: str) -> RootDirs:
-    """Open the directory ``path`` and its :data:`STAGING` and :data:`LOCKS` (made if missing).
+def open_root(path: str) -> int:
+    """Open the directory ``path``, making sure it holds :data:`STAGING` and :data:`LOCKS`.
 
     ``path`` itself may be reached through links (it is the caller's choice); the two
-    directories inside never are.
+    directories inside never are (see :func:`open_managed`).
 
     Raises:
         OSError: ``filename`` is ``path`` when the root cannot be opened, else the name
-            inside it (``ELOOP`` for a link, see :func:`open_dir`).
+            inside it.
     """
     root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    opened = [root]
     try:
         for name in (STAGING, LOCKS):
-            try:
-                os.mkdir(name, 0o755, dir_fd=root)
-            except FileExistsError:
-                pass  # made by an earlier open, or something planted: open_dir decides
-            opened.append(open_dir(name, root))
+            os.close(open_managed(root, name))
     except BaseException:
-        for fd in opened:
-            os.close(fd)
+        os.close(root)
         raise
-    return RootDirs(*opened)
+    return root
+
+
+def open_managed(root: int, name: str) -> int:
+    """Open :data:`STAGING` or :data:`LOCKS` in ``root``, making it if missing; never a link.
+
+    Callers open it afresh for every use and never cache it: a cached descriptor would
+    follow the directory if it were moved out of the root.
+
+    Raises:
+        OSError: ``filename`` is ``name`` (``ELOOP`` for a link, see :func:`open_dir`).
+    """
+    try:
+        return open_dir(name, root)
+    except FileNotFoundError:
+        pass
+    try:
+        os.mkdir(name, 0o755, dir_fd=root)
+    except FileExistsError:
+        pass  # made concurrently, or something planted: open_dir decides
+    return open_dir(name, root)
 
 
 def open_dir(name: str, dir_fd: int) -> int:
@@ -177,7 +187,7 @@ class _ForkGate:
 
 
 class ForkAware(Protocol):
-    """What :func:`register_for_fork` takes: an object that drops cached descriptors."""
+    """What :func:`register_for_fork` takes: an object that drops its cached descriptors."""
 
     def _after_fork_in_child(self) -> None: ...
 
@@ -258,15 +268,22 @@ os.register_at_fork(
 def create_staged(staging: int, stem: str) -> tuple[str, int]:
     """Create a new staged file in ``staging``, locked, and return its name and descriptor.
 
-    The file is named ``stem`` (a unique name) and locked before anything is written to
-    it. A sweep can take the lock in the instant between create and lock; the file is then
-    unlinked, which this sees (``st_nlink == 0``) before writing, and tries a new name.
-    Release it with :func:`discard_staged`.
+    The file appears under its name (``stem``, unique) already locked where the system
+    allows: it is created without a name (``O_TMPFILE``), locked, and only then linked
+    into ``staging``, so no sweep ever sees it unlocked. Elsewhere (no ``O_TMPFILE`` or no
+    ``/proc``, e.g. NFS or macOS) it is created by name and locked at once; a sweep can take
+    the lock in the instant between, and then unlinks the file, which this sees
+    (``st_nlink == 0``) before writing and tries a new name. Release the file with
+    :func:`discard_staged`.
 
     Raises:
         OSError: the file cannot be created or locked (``filename`` is the name in
             ``staging``).
     """
+    if _TMPFILE and _PROC_FD:
+        staged = _create_unnamed(staging, stem)
+        if staged is not None:
+            return staged
     for attempt in range(_STAGE_ATTEMPTS):
         name = stem if attempt == 0 else f"{stem}.{attempt}"
         _staging_here.add(name)
@@ -286,6 +303,29 @@ def create_staged(staging: int, stem: str) -> tuple[str, int]:
             raise
         discard_staged(staging, name, fd)
     raise OSError(errno.EAGAIN, "concurrent sweeps kept removing the staged file", stem)
+
+
+def _create_unnamed(staging: int, name: str) -> tuple[str, int] | None:
+    """Create, lock, then name a staged file; ``None`` where the filesystem cannot."""
+    try:
+        fd = open_held(".", os.O_WRONLY | _TMPFILE | os.O_CLOEXEC, staging)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return None  # this filesystem has no unnamed files: create it by name
+        raise OSError(exc.errno, exc.strerror, name) from None
+    _staging_here.add(name)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nothing else can reach it yet
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=staging, follow_symlinks=True)
+    except OSError as exc:
+        close_held(fd)
+        _staging_here.discard(name)
+        raise OSError(exc.errno, exc.strerror, name) from None
+    except BaseException:
+        close_held(fd)
+        _staging_here.discard(name)
+        raise
+    return name, fd
 
 
 def discard_staged(staging: int, name: str, fd: int) -> None:
