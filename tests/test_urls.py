@@ -304,7 +304,7 @@ def _claim_in_child(box: Mailbox) -> tuple[bool, str]:
 def test_a_pickled_file_mailbox_reopens_the_same_directory_in_a_spawned_process(
     tmp_path: Path,
 ) -> None:
-    names = ["run%41", "a?b", "c#d", "pct%2F..%2Fx", "tab\tand space", "caf%C3%A9"]
+    names = ["run%41", "a?b", "c#d", "pct%2F..%2Fx", "tab\tand space", "caf%C3%A9", "raw\udcffbyte"]
     boxes = [from_url(str(tmp_path / name)) for name in names]
     for box in boxes:
         assert box.put_if_absent("claim", b"parent")

@@ -235,7 +235,9 @@ class FileMailbox(BaseMailbox):
                 key=key,
                 backend=self.url,
             )
-        if code == errno.ELOOP:
+        if path == self.root:  # the caller's own path, which may go through links
+            message = f"cannot open the mailbox directory {path}: {exc.strerror or exc}"
+        elif code == errno.ELOOP:
             message = (
                 f"{path} is a symbolic link; gradientmail never follows links inside a "
                 "file:// root: remove it"
