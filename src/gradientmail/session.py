@@ -90,7 +90,8 @@ class Session:
         self.samples = 0
         self.publish_error: BaseException | None = None
         self._lock = threading.Lock()  # guards units and the published snapshot
-        self._units: dict[str, list[Any]] = {}  # id → [claimed, started, finished, items, reclaimed]
+        # id → [claimed, started, finished, items, reclaimed]
+        self._units: dict[str, list[Any]] = {}
         self._units_finished = 0
         self._state = "new"
         self._error: str | None = None
