@@ -15,6 +15,7 @@ import tracemalloc
 from collections.abc import Callable
 from multiprocessing.synchronize import Event as MpEvent
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,6 +179,7 @@ def test_staged_files_are_invisible_and_swept_once_their_lock_is_free(tmp_root: 
     box = FileMailbox(tmp_root)
     staging = Path(tmp_root, ".tmp")
     (staging / f"{local._HOST}.{os.getpid()}.crashed").write_bytes(b"partial")
+    (staging / f"{local._HOST}.{os.getpid()}.crashed-before-writing").write_bytes(b"")
     alive = staging / f"{local._HOST}.{os.getpid()}.alive"
     alive.write_bytes(b"in progress")
     writer = os.open(alive, os.O_RDONLY)
@@ -476,15 +478,15 @@ def test_list_in_small_chunks_keeps_exact_ascending_order(
 
 def _write_while_paused(root: str, staged: MpEvent, resume: MpEvent) -> None:
     os.getpid = lambda: DEAD_PID  # as seen from another PID namespace: a pid that looks dead
-    real_fsync = local.os.fsync
+    real_link = local.os.link
 
-    def paused_fsync(fd: int) -> None:
-        if stat.S_ISREG(os.fstat(fd).st_mode) and not staged.is_set():
-            staged.set()  # the value is staged in .tmp and this writer is alive
+    def paused_link(*args: Any, **kwargs: Any) -> None:
+        if "src_dir_fd" in kwargs:  # placing the staged value: it is whole, in .tmp, locked
+            staged.set()
             assert resume.wait(30)
-        real_fsync(fd)
+        real_link(*args, **kwargs)
 
-    local.os.fsync = paused_fsync  # type: ignore[assignment]
+    local.os.link = paused_link  # type: ignore[assignment]
     FileMailbox(root).put_if_absent("k", b"from the paused writer")
 
 
@@ -514,7 +516,9 @@ def _write_many_with_a_dead_looking_pid(root: str, count: int) -> None:
         box.put(f"progress/{i % 7}", b"y" * 4096)
 
 
-def test_opens_in_another_process_never_break_a_busy_writers_writes(tmp_root: str) -> None:
+def test_opens_in_another_process_never_break_a_busy_writers_writes(
+    tmp_root: str, staging: str
+) -> None:
     ctx = mp.get_context("fork")
     writer = ctx.Process(target=_write_many_with_a_dead_looking_pid, args=(tmp_root, 400))
     writer.start()

@@ -340,16 +340,16 @@ class FileMailbox(BaseMailbox):
         names, leaf = layout.encode(key)
         with self._managed(fs.STAGING) as staging:
             try:
-                staged, fd = fs.create_staged(staging, f"{_HOST}.{os.getpid()}.{write_id}")
+                staged, fd = fs.stage(
+                    staging,
+                    f"{_HOST}.{os.getpid()}.{write_id}",
+                    (layout.header(write_id), data),
+                    fsync=self.fsync,
+                )
             except OSError as exc:
                 raise _inside(exc, fs.STAGING, str(exc.filename or "")) from None
             placed = False
             try:
-                view = memoryview(layout.header(write_id) + data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if self.fsync:
-                    os.fsync(fd)
                 with self._parent(names, create=True) as parent:
                     assert parent is not None
                     placed = place(staged, staging, parent, leaf, "/".join([*names, leaf]))

@@ -26,8 +26,8 @@ Locks that survive neither death nor fork
     Descriptors of the forking thread itself are left alone: it carries on in the child.
 
 Staged files
-    A value is written to a staged file in ``.tmp/`` first. :func:`create_staged` locks the
-    file before writing it (on Linux, before it even has a name), and :func:`sweep_staging`
+    A value is written to a staged file in ``.tmp/`` first. :func:`stage` locks the file
+    before writing it (on Linux, before it even has a name), and :func:`sweep_staging`
     removes only staged files whose lock it can take. So a live writer's file survives a
     sweep from any process, whatever PID namespace or host it runs in, while a dead
     writer's lock is released by the kernel and its debris goes at the next sweep.
@@ -40,7 +40,9 @@ import fcntl
 import os
 import stat
 import threading
+import time
 import weakref
+from collections.abc import Sequence
 from typing import Protocol
 
 __all__ = [
@@ -49,7 +51,6 @@ __all__ = [
     "O_FILE",
     "STAGING",
     "close_held",
-    "create_staged",
     "discard_staged",
     "fork_gate",
     "kind",
@@ -58,6 +59,7 @@ __all__ = [
     "open_managed",
     "open_root",
     "register_for_fork",
+    "stage",
     "stripe_lock",
     "sweep_staging",
 ]
@@ -71,6 +73,8 @@ O_FILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 STRIPES = 256
 #: Tries to create a staged file by name that a concurrent sweep does not remove first.
 _STAGE_ATTEMPTS = 5
+#: How long the sweep gives the writer of an empty, unlocked staged file to lock it (s).
+_EMPTY_RECHECK = 0.01
 #: Unnamed files (Linux): 0 where the platform has none.
 _TMPFILE = getattr(os, "O_TMPFILE", 0)
 #: An unnamed file is given its name through /proc.
@@ -265,25 +269,69 @@ os.register_at_fork(
 # -- staged files ---------------------------------------------------------------------------
 
 
-def create_staged(staging: int, stem: str) -> tuple[str, int]:
-    """Create a new staged file in ``staging``, locked, and return its name and descriptor.
+def stage(staging: int, stem: str, parts: Sequence[bytes], *, fsync: bool) -> tuple[str, int]:
+    """Write ``parts`` to a new staged file in ``staging``; return its name and descriptor.
 
-    The file appears under its name (``stem``, unique) already locked where the system
-    allows: it is created without a name (``O_TMPFILE``), locked, and only then linked
-    into ``staging``, so no sweep ever sees it unlocked. Elsewhere (no ``O_TMPFILE`` or no
-    ``/proc``, e.g. NFS or macOS) it is created by name and locked at once; a sweep can take
-    the lock in the instant between, and then unlinks the file, which this sees
-    (``st_nlink == 0``) before writing and tries a new name. Release the file with
-    :func:`discard_staged`.
+    The file comes back whole (fsynced with ``fsync``), named ``stem`` (unique) or a
+    variant of it, and locked; release it with :func:`discard_staged`. Where the system
+    allows, it is created without a name (``O_TMPFILE``), locked and written, and only then
+    linked into ``staging``: no sweep ever sees it unlocked, and a crash leaves nothing.
+    Elsewhere (no ``O_TMPFILE`` or no ``/proc``, e.g. NFS or macOS) it is created by name
+    and locked at once; a sweep that finds it in the instant between sees an empty file and
+    gives its writer a moment to lock it. Should a sweep remove it all the same (this
+    writer stalled longer), this sees ``st_nlink == 0`` and tries a new name.
 
     Raises:
-        OSError: the file cannot be created or locked (``filename`` is the name in
-            ``staging``).
+        OSError: the file cannot be created, written or locked (``filename`` is its name
+            in ``staging``).
     """
-    if _TMPFILE and _PROC_FD:
-        staged = _create_unnamed(staging, stem)
-        if staged is not None:
-            return staged
+    fd = _open_unnamed(staging, stem) if _TMPFILE and _PROC_FD else None
+    if fd is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nothing else can reach it yet
+            _write(fd, parts, fsync)
+            _staging_here.add(stem)
+            os.link(f"/proc/self/fd/{fd}", stem, dst_dir_fd=staging, follow_symlinks=True)
+        except BaseException as exc:
+            close_held(fd)
+            _staging_here.discard(stem)
+            if isinstance(exc, OSError):
+                raise OSError(exc.errno, exc.strerror, stem) from None
+            raise
+        return stem, fd
+    name, fd = _create_named(staging, stem)
+    try:
+        _write(fd, parts, fsync)
+    except BaseException:
+        discard_staged(staging, name, fd)
+        raise
+    return name, fd
+
+
+def _write(fd: int, parts: Sequence[bytes], fsync: bool) -> None:
+    views = [memoryview(part) for part in parts if part]
+    while views:
+        done = os.writev(fd, views)
+        while views and done >= len(views[0]):
+            done -= len(views[0])
+            views.pop(0)
+        if views:
+            views[0] = views[0][done:]
+    if fsync:
+        os.fsync(fd)
+
+
+def _open_unnamed(staging: int, name: str) -> int | None:
+    """An unnamed file in ``staging``, or ``None`` where the filesystem has none."""
+    try:
+        return open_held(".", os.O_WRONLY | _TMPFILE | os.O_CLOEXEC, staging)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return None
+        raise OSError(exc.errno, exc.strerror, name) from None
+
+
+def _create_named(staging: int, stem: str) -> tuple[str, int]:
     for attempt in range(_STAGE_ATTEMPTS):
         name = stem if attempt == 0 else f"{stem}.{attempt}"
         _staging_here.add(name)
@@ -293,39 +341,15 @@ def create_staged(staging: int, stem: str) -> tuple[str, int]:
             _staging_here.discard(name)
             raise
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A sweep may hold the lock an instant, but leaves a young empty file alone.
+            fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_nlink > 0:
                 return name, fd
-        except BlockingIOError:
-            pass  # a sweep holds the lock and is about to unlink the file
         except BaseException:
             discard_staged(staging, name, fd)
             raise
-        discard_staged(staging, name, fd)
+        discard_staged(staging, name, fd)  # removed all the same (we stalled): again
     raise OSError(errno.EAGAIN, "concurrent sweeps kept removing the staged file", stem)
-
-
-def _create_unnamed(staging: int, name: str) -> tuple[str, int] | None:
-    """Create, lock, then name a staged file; ``None`` where the filesystem cannot."""
-    try:
-        fd = open_held(".", os.O_WRONLY | _TMPFILE | os.O_CLOEXEC, staging)
-    except OSError as exc:
-        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
-            return None  # this filesystem has no unnamed files: create it by name
-        raise OSError(exc.errno, exc.strerror, name) from None
-    _staging_here.add(name)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nothing else can reach it yet
-        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=staging, follow_symlinks=True)
-    except OSError as exc:
-        close_held(fd)
-        _staging_here.discard(name)
-        raise OSError(exc.errno, exc.strerror, name) from None
-    except BaseException:
-        close_held(fd)
-        _staging_here.discard(name)
-        raise
-    return name, fd
 
 
 def discard_staged(staging: int, name: str, fd: int) -> None:
@@ -343,14 +367,27 @@ def discard_staged(staging: int, name: str, fd: int) -> None:
         _staging_here.discard(name)
 
 
+def _abandoned(fd: int) -> bool:
+    """Whether an empty staged file, locked by the sweep, stays unlocked a moment later."""
+    fcntl.flock(fd, fcntl.LOCK_UN)  # let a writer between create and lock take it
+    time.sleep(_EMPTY_RECHECK)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def sweep_staging(staging: int) -> None:
     """Remove the staged files in ``staging`` whose writer is gone.
 
-    A writer holds its staged file's lock until the file is placed or removed, so a file
-    whose lock can be taken belongs to nobody. Only regular files are considered; a link,
-    directory or FIFO planted in ``staging`` is left alone, never followed. Files this
-    process is writing are skipped by name (on filesystems where ``flock`` is emulated with
-    per-process locks, the lock alone would not keep them).
+    A writer holds its staged file's lock from before it writes a byte until the file is
+    placed or removed, so a file whose lock can be taken belongs to nobody. An empty one
+    may be a live writer's that is not locked yet (where files are created by name): it is
+    looked at again a moment later, and removed only if still unlocked. Only regular files are
+    considered; a link, directory or FIFO planted in ``staging`` is left alone, never
+    followed. Files this process is writing are skipped by name (on filesystems where
+    ``flock`` is emulated with per-process locks, the lock alone would not keep them).
     """
     fd = os.open(".", O_DIR, dir_fd=staging)  # a private read position
     try:
@@ -369,6 +406,8 @@ def sweep_staging(staging: int) -> None:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not os.fstat(fd).st_size and not _abandoned(fd):
+                continue  # its writer had created it but not locked it yet
             os.unlink(name, dir_fd=staging)
         except OSError:
             continue  # locked: its writer is alive; or already gone
