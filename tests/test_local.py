@@ -27,7 +27,7 @@ from gradientmail import (
     Version,
     from_url,
 )
-from gradientmail.backends import local, local_fs, local_layout
+from gradientmail.backends import local, local_layout, local_staging
 from gradientmail.backends.local import FileMailbox
 
 BIG = 8 * 1024 * 1024
@@ -37,7 +37,7 @@ BIG = 8 * 1024 * 1024
 def staging(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways a staged file is created: unnamed then linked (Linux), or by name."""
     if request.param == "named":
-        monkeypatch.setattr(local_fs, "_TMPFILE", 0)
+        monkeypatch.setattr(local_staging, "_TMPFILE", 0)
     return str(request.param)
 
 

@@ -12,31 +12,33 @@ URL and options
     linked into place whole), but a crash of the *machine* may lose recent keys.
 
 Layout (internal; never edit by hand)
-    Keys map to ``SEG.d`` directories and ``SEG.v`` files
-    (:mod:`gradientmail.backends.local_layout`). Every value file starts with a header
-    carrying the write id that stored it; that id is the key's
-    :class:`~gradientmail.mailbox.Version`, so versions never repeat (unlike mtimes or inode
-    numbers). ``.tmp/`` holds staged writes and ``.locks/`` the compare-and-swap lock
-    stripes; neither can be named by a key.
+    Keys map to ``SEG.d`` directories and ``SEG.v`` files, each value headed by the write id
+    that stored it: the key's :class:`~gradientmail.mailbox.Version`, so versions never
+    repeat (:mod:`gradientmail.backends.local_layout`). ``.tmp/`` holds staged writes and
+    ``.locks/`` the compare-and-swap lock stripes; no key can name either.
 
 Guarantees
     * ``put_if_absent`` is atomic across threads and processes: the value is written and
       fsynced to a staged file, then ``link()``-ed to its final name, which fails if the
       name exists. Readers never see a partly written value.
-    * A crash mid-write leaves only a staged file in ``.tmp/``: invisible to ``list`` and
-      ``get``, and removed by the next open once its lock is free. Liveness rests on that
-      lock, never on pids, so a live writer in any PID namespace or host keeps its file.
-    * Nothing outside the root is read, written or removed. Keys cannot contain ``..``, and
-      every name inside the root (key directories and files, ``.tmp``, ``.locks`` and
-      their entries) is opened relative to its parent with ``O_NOFOLLOW``: a symbolic link
-      planted inside the root is refused with a ``BackendError`` naming it, never followed.
+    * A crash mid-write leaves at most a staged file in ``.tmp/`` (on Linux, nothing: the
+      value is written unnamed), invisible to ``list`` and ``get`` and removed by the next
+      open once its lock is free. Liveness rests on that lock, never on pids, so a live
+      writer in any PID namespace or on any host keeps its file (see ``local_staging``).
+    * No link inside the root is ever followed. Keys cannot contain ``..``, and every name
+      inside the root (key directories and files, ``.tmp``, ``.locks`` and their entries)
+      is opened relative to its parent with ``O_NOFOLLOW``: a symbolic link planted there
+      is refused with a ``BackendError`` naming it. Values are replaced by ``rename`` or
+      ``link``, never written into an existing file, so a planted hard link carries no
+      write outside the root either.
     * Only regular files and directories are used: a FIFO, socket or device where a value
       or lock file belongs is refused at once with a ``BackendError`` naming it (opens
       never block). ``put_if_absent`` over one raises rather than returning ``False``;
       ``put`` replaces it.
     * Every directory inside the root (``.tmp`` and ``.locks`` included) is opened afresh
-      on every call, so a directory moved out of the root receives no more writes. Only the
-      root stays open per handle: if it is removed, every call raises
+      on every call, so a directory moved out of the root receives no writes from later
+      calls (a move racing a call may still take that call's write along). Only the root
+      stays open per handle: if it is removed, every call raises
       ``BucketNotFoundError`` (open the URL again to start afresh); if it is renamed, the
       handle follows it.
     * ``put``, ``delete`` and compare-and-swap take a per-key lock (one of 256 ``flock``
@@ -44,12 +46,12 @@ Guarantees
       processes. ``put_if_absent`` needs no lock.
     * An I/O error after a value was placed (the fsync of its directory) raises
       ``OutcomeUnknownError``: the write is visible but may not survive a machine crash.
-    * Threads may share a handle: every listing reads through descriptors of its own.
-    * ``fork()`` is safe at any time, even while other threads write: the child never
-      inherits their locks or the handle's cached descriptors, and the parent never waits
-      for the child (:mod:`gradientmail.backends.local_fs`).
+    * Threads may share a handle (listings read through descriptors of their own), and
+      ``fork()`` is safe at any time: the child never inherits other threads' locks or the
+      handle's cached descriptor, and the parent never waits for it (see ``local_fs``).
     * ``list`` streams in ascending key order: one directory at a time, holding at most
-      :data:`~gradientmail.backends.local_layout.LIST_CHUNK` names of one directory.
+      :data:`~gradientmail.backends.local_layout.LIST_CHUNK` names of one directory (a
+      directory of ``n`` keys is read ``ceil(n / LIST_CHUNK)`` times).
 
 Empty directories left by ``delete`` are kept: removing them would race with a concurrent
 create below them. They cost nothing but a few inodes. ``close()`` must not race with calls
@@ -71,6 +73,7 @@ from typing import Any, ClassVar
 
 from gradientmail.backends import local_fs as fs
 from gradientmail.backends import local_layout as layout
+from gradientmail.backends import local_staging as staging_files
 from gradientmail.backends.base import BaseMailbox, Conflict, Stat
 from gradientmail.backends.local_layout import CHUNK_BYTES
 from gradientmail.backends.options import file_url, parse_bool, parse_options, redact, split_url
@@ -119,7 +122,7 @@ class FileMailbox(BaseMailbox):
             raise self._map(exc, None) from exc
         try:
             with self._managed(fs.STAGING) as staging:
-                fs.sweep_staging(staging)
+                staging_files.sweep_staging(staging)
         except OSError as exc:
             raise self._map(exc, None) from exc
         fs.register_for_fork(self)
@@ -217,8 +220,8 @@ class FileMailbox(BaseMailbox):
 
     def _foreign(self, mode: int, name: str, key: str | None) -> BackendError:
         return BackendError(
-            f"{self._where(name)} is a {fs.kind(mode)}, not a regular file; gradientmail keeps "
-            "only regular files and directories inside a file:// root: remove it",
+            f"{self._where(name)} is a {fs.kind(mode)} where gradientmail keeps a regular "
+            "file; it uses nothing else there and never follows a link: remove it",
             key=key,
             backend=self.url,
         )
@@ -293,40 +296,16 @@ class FileMailbox(BaseMailbox):
     def _parent(self, names: list[str], *, create: bool) -> Iterator[int | None]:
         """The directory holding the leaf, or ``None`` if it is missing and not created.
 
-        Opened from the root component by component with ``O_NOFOLLOW``, afresh on every
-        call: a cached descriptor would follow a directory moved out of the root.
+        Opened from the root afresh on every call (see :func:`local_fs.open_below`): a
+        cached descriptor would follow a directory moved out of the root.
         """
         root = self._root()
-        fd = root
+        fd = fs.open_below(root, names, create=create) if names else root
         try:
-            for depth, name in enumerate(names, 1):
-                child = self._subdir(fd, name, create, names[:depth])
-                if fd != root:
-                    os.close(fd)
-                fd = child
-                if fd < 0:
-                    break
             yield fd if fd >= 0 else None
         finally:
             if fd not in (root, -1):
                 os.close(fd)
-
-    @staticmethod
-    def _subdir(parent: int, name: str, create: bool, path: list[str]) -> int:
-        """Open (or make) one directory; -1 if it is missing and ``create`` is false."""
-        try:
-            try:
-                return fs.open_dir(name, parent)
-            except FileNotFoundError:
-                if not create:
-                    return -1
-            try:
-                os.mkdir(name, 0o755, dir_fd=parent)
-            except FileExistsError:
-                pass  # a concurrent create
-            return fs.open_dir(name, parent)
-        except OSError as exc:
-            raise _inside(exc, *path) from None
 
     def _publish(
         self, key: str, data: bytes, write_id: str, place: Callable[[str, int, int, str, str], bool]
@@ -340,7 +319,7 @@ class FileMailbox(BaseMailbox):
         names, leaf = layout.encode(key)
         with self._managed(fs.STAGING) as staging:
             try:
-                staged, fd = fs.stage(
+                staged, fd = staging_files.stage(
                     staging,
                     f"{_HOST}.{os.getpid()}.{write_id}",
                     (layout.header(write_id), data),
@@ -360,7 +339,7 @@ class FileMailbox(BaseMailbox):
                     raise self._landed(exc, key) from exc
                 raise
             finally:
-                fs.discard_staged(staging, staged, fd)
+                staging_files.discard_staged(staging, staged, fd)
         return placed
 
     def _open_value(self, key: str) -> int | None:
