@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -250,9 +251,11 @@ class ClaimLoop:
             p = view.candidate()
             if p is not None:
                 identifier = view.identifiers[p]
+                began = time.perf_counter()
                 held = self.claims.claim(identifier)
                 view.taken[p] = 1
                 if held is not None:
+                    self.stats.claim_latency.add(time.perf_counter() - began)
                     view.next = p + 1
                     self.refreshed = False
                     return self.hold(held, reclaimed=False)

@@ -143,5 +143,5 @@ class QueueStats(Stats):
     wait_scans: int = 0
     #: keys read by all those listings.
     listed_keys: int = 0
-    #: lease renewals written.
+    #: lease writes (acquiring and renewing), counted when the queue closes.
     lease_renewals: int = 0
