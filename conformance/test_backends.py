@@ -33,7 +33,7 @@ from gradientmail import Mailbox, from_url
 from gradientmail.conformance import MailboxConformance, SuiteOptions
 from tests.rigs import Rig
 
-LINE = re.compile(r"^(PASS|FAIL|SKIP)  (\S+) ")
+LINE = re.compile(r"^(PASS|FAIL|SKIP|INCONCLUSIVE)  (\S+) ")
 
 
 @dataclass(frozen=True)

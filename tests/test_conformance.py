@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -33,6 +33,8 @@ from gradientmail.conformance import (
 )
 from gradientmail.conformance.cli import below
 from gradientmail.conformance.properties import property_named
+from gradientmail.conformance.races import race_put_if_absent
+from gradientmail.errors import OutcomeUnknownError
 from gradientmail.mailbox import Conflict, Version
 from tests.rigs import Rig
 
@@ -302,6 +304,43 @@ def test_race_counterexample_format_is_kept() -> None:
     assert report.counterexample() == (
         "key k7: 2 winners (racer-3, racer-11); 1 of 2 keys had more than one winner"
     )
+
+
+def test_race_counterexample_names_the_racer_that_failed_not_the_broken_barrier() -> None:
+    report = RaceReport(
+        keys=["p/k0"],
+        racers=["racer-0", "racer-1"],
+        errors={
+            "racer-0": "Traceback ...\nthreading.BrokenBarrierError",
+            "racer-1": "Traceback ...\nBackendError: answered 500",
+        },
+    )
+    assert report.counterexample() == "racer-1 failed: BackendError: answered 500"
+
+
+class LandsThenUnknownMailbox(MemoryMailbox):
+    """Every create lands, and then its caller hears ``OutcomeUnknownError``: as when the
+    response is lost and reading back cannot tell. The contract allows it."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if super().put_if_absent(key, data):
+            raise OutcomeUnknownError("injected: the response was lost", key=key)
+        return False
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.name,))  # racers get this class, not a plain memory://
+
+
+def test_race_goes_on_past_unknown_outcomes_and_judges_the_bytes() -> None:
+    box = LandsThenUnknownMailbox("unknown-outcomes")
+    report = race_put_if_absent(box, racers=6, keys=12, prefix="u")
+    assert report.ok, report.counterexample()
+    assert report.contested == 12
+    assert sorted(report.unknown) == sorted(report.keys)  # each key: one outcome unknown
+    assert all(len(names) == 1 for names in report.unknown.values())
+    result = run_property(property_named("race-threads"), box, SuiteOptions(quick=True))
+    assert result.outcome is Outcome.PASS, result.detail
+    assert "calls raised OutcomeUnknownError (allowed after a lost response)" in result.detail
 
 
 # -- the pytest base class ------------------------------------------------------------------------

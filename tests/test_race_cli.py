@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gradientmail import from_url
 from gradientmail.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,26 @@ def test_race_on_file_prints_one_winner_per_key(
 def test_race_on_memory_uses_threads(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["race", "memory://race-cli", "--racers", "4", "--keys", "20"]) == 0
     assert "4 threads race" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("url", ["memory://race-cleanup", "DIR"])
+def test_race_leaves_no_keys_behind(tmp_path: Path, url: str) -> None:
+    url = str(tmp_path) if url == "DIR" else url
+    assert main(["race", url, "--racers", "3", "--keys", "25"]) == 0
+    assert list(from_url(url).list()) == []
+
+
+def test_race_keeps_its_keys_with_keep(tmp_path: Path) -> None:
+    assert main(["race", str(tmp_path), "--racers", "2", "--keys", "7", "--keep"]) == 0
+    kept = list(from_url(str(tmp_path)).list())
+    assert len(kept) == 7
+    assert len({key.split("/")[0] for key in kept}) == 1  # one race-<id>/ prefix
+
+
+def test_race_on_a_non_atomic_store_cleans_up_too(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["race", "ignore-preconditions://race-dirty", "--keys", "20"]) == 2
+    assert "winners (racer-" in capsys.readouterr().err
+    assert list(from_url("memory://race-dirty").list()) == []
 
 
 def test_race_on_a_non_atomic_store_fails_with_a_counterexample(

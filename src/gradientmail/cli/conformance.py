@@ -1,11 +1,16 @@
 """``gradientmail conformance URL``: is this store safe to coordinate on?
 
-Runs every property of :mod:`gradientmail.conformance.properties` against the store at
+Runs the properties of :mod:`gradientmail.conformance.properties` against the store at
 ``URL``, inside a fresh prefix ``URL/conformance-<time>-<random>`` that no one else uses,
-and deletes every key it wrote when done (also on Ctrl-C). Prints one line per property,
-``PASS`` / ``FAIL`` / ``SKIP`` with the summary, counterexample or reason, and a one-line
-verdict last. Exit status: 0 when nothing failed, 1 when a property failed, 2 for a bad URL
-or options.
+and deletes every key it wrote when done (also on Ctrl-C). First a preflight (one write,
+read, list and delete, at most 10 s): a store that cannot be tested is reported once, with
+the cause and the fix. Then one line per property (PASS, FAIL, SKIP or INCONCLUSIVE, with
+the summary, counterexample or reason) and a one-line verdict last.
+
+Exit status: 0 PASS (every property that applies held), 1 FAIL (a property was violated or
+broke the store), 3 INCONCLUSIVE (something could not be tested: a missing extra,
+credentials, bucket or endpoint, or a store that stopped answering; nothing failed), 2 a
+bad URL or option.
 
 Options can go in the URL's query string, e.g.
 ``gradientmail conformance 's3://bucket/tmp?endpoint_url=http://127.0.0.1:8333'``.
@@ -16,11 +21,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gradientmail.conformance.plan import estimate_seconds, plan_races
-from gradientmail.conformance.properties import PROPERTIES, SuiteOptions, select_properties
-from gradientmail.conformance.runner import Result, resolve_seed, run_suite
+from gradientmail.conformance.preflight import diagnose
+from gradientmail.conformance.properties import (
+    GROUPS,
+    PROPERTIES,
+    SuiteOptions,
+    select_properties,
+)
+from gradientmail.conformance.report import EXIT_STATUS, Verdict
+from gradientmail.conformance.runner import check_store, resolve_seed
 from gradientmail.conformance.workspace import below, fresh_segment, remove_workspace
-from gradientmail.urls import from_url
+from gradientmail.errors import MissingDependencyError
+from gradientmail.urls import from_url, redact
 
 __all__ = ["add_arguments", "below", "run"]
 
@@ -41,8 +53,18 @@ def _fraction(text: str) -> float:
     return value
 
 
+#: What ``--help`` says after the options: the verdicts and their exit statuses.
+EPILOG = (
+    "verdicts and exit status: 0 PASS (every property that applies held); 1 FAIL (a property "
+    "was violated or broke the store; 'NOT safe to coordinate on' only when an atomicity "
+    "property was seen failing); 3 INCONCLUSIVE (could not test: missing extra, credentials, "
+    "bucket or endpoint, or the store stopped answering); 2 bad URL or option"
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``conformance`` options."""
+    parser.epilog = EPILOG
     parser.add_argument(
         "url", help="the store to check, e.g. s3://bucket/tmp?endpoint_url=http://127.0.0.1:9000"
     )
@@ -81,13 +103,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--only",
         default=None,
         metavar="NAMES",
-        help="comma-separated properties to run (default all): "
+        help="comma-separated properties or groups to run (default all). Groups: "
+        + ", ".join(GROUPS)
+        + ". Properties: "
         + ", ".join(p.name for p in PROPERTIES),
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the suite and print the report; 0 if nothing failed, 1 if something did."""
+    """Run the suite and print the report; the exit status is the verdict's."""
     properties = select_properties(args.only)
     options = resolve_seed(
         SuiteOptions(
@@ -99,39 +123,43 @@ def run(args: argparse.Namespace) -> int:
             bound=args.bound,
         )
     )
-    segment = fresh_segment()
-    box = from_url(below(args.url, segment))
 
     def say(line: str) -> None:
         print(line, flush=True)
 
-    def show(result: Result) -> None:
-        for line in result.lines():
-            say(line)
-
+    segment = fresh_segment()
+    url = below(args.url, segment)
+    try:
+        box = from_url(url)
+    except MissingDependencyError as exc:
+        say(f"INCONCLUSIVE  cannot test {redact(url)}: {diagnose(exc, 'opening the store')}")
+        say("verdict: INCONCLUSIVE: nothing was tested. Install the extra and run it again.")
+        return EXIT_STATUS[Verdict.INCONCLUSIVE]
     mode = "quick" if options.quick else "full"
     say(
         f"gradientmail conformance {box.url} ({mode} run, seed {options.seed}, "
         f"up to {options.threads} threads and {options.processes} processes per race)"
     )
+    report = None
     try:
-        plan = plan_races(box, options, properties)
-        if plan is not None:
-            if args.bound is not None:
-                plan = estimate_seconds(box, plan, options)
-            say(plan.describe())
-        report = run_suite(box, options, properties=properties, on_result=show, plan=plan)
+        report = check_store(box, options, properties, say=say, estimate=args.bound is not None)
     finally:
-        warning = remove_workspace(box, segment)
+        # A store that cannot be reached, or stopped answering, is not asked to delete.
+        answering = report is not None and report.problem is None and report.stopped is None
+        warning = remove_workspace(box, segment, delete_keys=answering)
+        if report is not None and report.stopped is not None:
+            warning = f"warning: keys this run wrote may remain under {box.url}"
         if warning is not None:
             say(warning)
     say(report.verdict())
-    return 0 if report.ok else 1
+    return report.exit_status
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m gradientmail.cli.conformance``."""
-    parser = argparse.ArgumentParser(prog="gradientmail conformance", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="gradientmail conformance", description="check that a store is safe to coordinate on"
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -2,7 +2,7 @@
 
 The race is :func:`gradientmail.conformance.races.race_winners`: separate processes (threads
 for a mailbox not shared across processes), a start barrier, then ``put_if_absent`` on every
-key, and each key read back.
+key, and each key read back. The raced keys are deleted afterwards, unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", help="mailbox URL, e.g. file:///tmp/box or memory://demo")
     parser.add_argument("--racers", type=int, default=4, help="racers (default 4)")
     parser.add_argument("--keys", type=int, default=200, help="keys to race for (default 200)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the raced keys (default: delete them after)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     kind = "processes" if shared else "threads"
     print(f"{args.racers} {kind} race for {args.keys} keys in {box.url}")
     started = time.perf_counter()
-    wins = race_winners(box, args.racers, args.keys)
+    wins = race_winners(box, args.racers, args.keys, keep=args.keep)
     elapsed = time.perf_counter() - started
     for name, won in sorted(wins.items()):
         print(f"  {name}: won {len(won):4d} keys")

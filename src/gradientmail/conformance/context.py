@@ -3,9 +3,10 @@
 A :class:`Property` is a named check of the contract. Its function receives a
 :class:`Context` (a mailbox, a key namespace no other property uses, and the
 :class:`SuiteOptions`) and returns a short description of what it verified, raises
-:class:`PropertyFailed` with a minimal counterexample, or raises :class:`PropertySkipped`
-with the reason. The helpers below format values, keys and errors the same way in every
-counterexample.
+:class:`PropertyFailed` with a minimal counterexample, :class:`PropertyErrored` when the
+store failed in a way that is not a counterexample (racers got errors), or
+:class:`PropertySkipped` with the reason. The helpers below format values, keys and
+errors the same way in every counterexample.
 
 This module imports nothing from the conformance package but the arithmetic of
 :mod:`~gradientmail.conformance.power`, so properties, the stateful model and the runner
@@ -27,6 +28,7 @@ __all__ = [
     "Check",
     "Context",
     "Property",
+    "PropertyErrored",
     "PropertyFailed",
     "PropertySkipped",
     "SuiteOptions",
@@ -80,7 +82,16 @@ class SuiteOptions:
 
 
 class PropertyFailed(AssertionError):
-    """The store broke the property. The message is a minimal counterexample."""
+    """The store was seen breaking the property. The message is a minimal counterexample."""
+
+
+class PropertyErrored(Exception):
+    """The store failed while the property ran: it raised, refused or stopped answering.
+
+    The property reports FAIL with the cause, but the store was not *seen* breaking it: a
+    race whose racers got errors says nothing about double winners. The runner then checks
+    whether the store still answers at all.
+    """
 
 
 class PropertySkipped(Exception):
@@ -102,6 +113,9 @@ class Context:
     contested_target: int | None = None
     #: Contested keys its races have raced cleanly so far; the runner reports them.
     contested: int = 0
+    #: Racers' calls in its races that raised ``OutcomeUnknownError`` (allowed after a lost
+    #: response; the bytes stored judge those keys).
+    unknown_outcomes: int = 0
 
     def key(self, name: str) -> str:
         """The full key for ``name`` inside this property's namespace."""
@@ -138,6 +152,8 @@ class Property:
     #: The racers of its single-winner races, if it runs any: its contested keys count
     #: toward the run's bound, and the runner gives it a share of the keys to contest.
     race_mode: Literal["threads", "processes"] | None = None
+    #: Modules it imports from the ``conformance`` extra; without them it is INCONCLUSIVE.
+    needs: tuple[str, ...] = ()
 
 
 def shown(value: bytes | None, limit: int = 24) -> str:

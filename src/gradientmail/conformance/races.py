@@ -6,7 +6,9 @@ would. All racers go for the same keys in the same order, and wait on a shared b
 before each key, so they collide on every key at nearly the same moment.
 
 * :func:`race_put_if_absent`: N racers × K keys. Exactly one ``True`` per key, and the
-  stored bytes are the winner's.
+  stored bytes are the winner's. A racer whose call raises ``OutcomeUnknownError`` (the
+  contract allows it after a lost response) goes on to the next key; its key is then
+  judged by the bytes stored.
 * :func:`cas_counter`: N workers each increment one counter K times with
   ``get_versioned``/``put_if_match``. The counter must end at exactly N×K.
 """
@@ -21,10 +23,11 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gradientmail.errors import AtomicityViolationError, GradientMailError
+from gradientmail.errors import AtomicityViolationError, GradientMailError, OutcomeUnknownError
 from gradientmail.mailbox import Capability, Mailbox
 
 __all__ = [
@@ -62,6 +65,16 @@ def _name_order(name: str) -> tuple[str, int]:
     return (stem, int(number)) if number.isdigit() else (name, -1)
 
 
+def _first_error(errors: dict[str, str]) -> str:
+    """``racer failed: the error``, for the racer whose error is a cause.
+
+    One racer's failure breaks the shared barrier, so the others fail with
+    ``BrokenBarrierError``: a consequence, shown only when nothing else failed.
+    """
+    name = min(errors, key=lambda n: ("BrokenBarrierError" in errors[n], _name_order(n)))
+    return f"{name} failed: {errors[name].strip().splitlines()[-1]}"
+
+
 @dataclass
 class RaceReport:
     """What a put-if-absent race saw."""
@@ -75,8 +88,11 @@ class RaceReport:
     #: racer → the error that stopped it, as text.
     errors: dict[str, str] = field(default_factory=dict)
     payload_size: int = 16
-    #: key → how many racers got an answer for it (won or lost).
+    #: key → how many racers got an answer for it (won, lost or unknown).
     answered: dict[str, int] = field(default_factory=dict)
+    #: key → the racers whose call raised ``OutcomeUnknownError``: their write may or may
+    #: not be the one stored (the contract allows this after a lost response).
+    unknown: dict[str, list[str]] = field(default_factory=dict)
     #: The longest any racer spent from the first start line to its last answer: the race
     #: itself, without starting threads or processes.
     racing_seconds: float = 0.0
@@ -93,8 +109,17 @@ class RaceReport:
         return {k: w for k, w in self.winners.items() if len(w) > 1}
 
     def no_winner(self) -> list[str]:
-        """Keys nobody won."""
-        return [k for k in self.keys if not self.winners.get(k)]
+        """Keys nobody won: no racer got ``True``, and no racer whose outcome is unknown
+        holds the key either."""
+        return [
+            k
+            for k in self.keys
+            if not self.winners.get(k)
+            and not any(
+                self.stored.get(k) == payload_for(r, self.payload_size)
+                for r in self.unknown.get(k, [])
+            )
+        ]
 
     def wrong_bytes(self) -> dict[str, str]:
         """Keys with one winner whose stored bytes are not that winner's payload."""
@@ -130,8 +155,7 @@ class RaceReport:
             return f"key {key.rsplit('/', 1)[-1]}: {wrong[key]}"
         # A racer that failed explains a key nobody won, so its error comes first.
         if self.errors:
-            racer = min(self.errors)
-            return f"{racer} failed: {self.errors[racer].strip().splitlines()[-1]}"
+            return _first_error(self.errors)
         missing = self.no_winner()
         if missing:
             return f"key {missing[0].rsplit('/', 1)[-1]}: no racer won it"
@@ -163,8 +187,7 @@ class CounterReport:
     def counterexample(self) -> str | None:
         """One line describing the failure, or None."""
         if self.errors:
-            worker = min(self.errors)
-            return f"{worker} failed: {self.errors[worker].strip().splitlines()[-1]}"
+            return _first_error(self.errors)
         if self.final != self.expected:
             return (
                 f"counter ended at {self.final}, expected {self.workers}×{self.increments}="
@@ -181,7 +204,7 @@ def _race_worker(
 ) -> Any:
     box: Mailbox = pickle.loads(box_bytes)
     data = payload_for(name, size)
-    outcomes = []
+    outcomes: list[tuple[str, bool | None]] = []
     started = None
     for index, key in enumerate(keys):
         # With each_key, every key starts from the barrier: without it racers drift apart
@@ -189,7 +212,11 @@ def _race_worker(
         if each_key or index == 0:
             barrier.wait()
         started = started or time.perf_counter()
-        outcomes.append((key, box.put_if_absent(key, data)))
+        try:
+            outcomes.append((key, box.put_if_absent(key, data)))
+        except OutcomeUnknownError:
+            # Allowed after a lost response; the bytes read back still judge the key.
+            outcomes.append((key, None))
     return outcomes, time.perf_counter() - (started or time.perf_counter())
 
 
@@ -332,7 +359,9 @@ def race_put_if_absent(
         report.racing_seconds = max(report.racing_seconds, seconds)
         for key, won in outcomes:
             report.answered[key] = report.answered.get(key, 0) + 1
-            if won:
+            if won is None:
+                report.unknown.setdefault(key, []).append(name)
+            elif won:
                 report.winners.setdefault(key, []).append(name)
     for key in key_list:
         try:
@@ -370,16 +399,28 @@ def cas_counter(
     return CounterReport(workers, increments, final, errors, conflicts=sum(results.values()))
 
 
-def race_winners(box: Mailbox, racers: int, keys: int) -> dict[str, list[str]]:
+def race_winners(
+    box: Mailbox, racers: int, keys: int, *, keep: bool = True
+) -> dict[str, list[str]]:
     """Race ``racers`` for ``keys`` fresh keys in ``box``; return the keys each racer won.
+
+    Args:
+        keep: leave the raced keys in ``box``; ``False`` deletes them after the race,
+            whether it passed or not.
 
     Raises:
         AtomicityViolationError: a key had two winners, none, or holds the wrong bytes.
     """
     shared = box.supports(Capability.SHARED_ACROSS_PROCESSES)
-    report = race_put_if_absent(
-        box, racers=racers, keys=keys, mode="processes" if shared else "threads"
-    )
+    prefix = f"race-{uuid.uuid4().hex[:10]}"
+    try:
+        report = race_put_if_absent(
+            box, racers=racers, keys=keys, mode="processes" if shared else "threads", prefix=prefix
+        )
+    finally:
+        if not keep:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(box.delete, [f"{prefix}/k{i}" for i in range(keys)]))
     if not report.ok:
         raise AtomicityViolationError(f"the race on {box.url} failed: {report.counterexample()}")
     wins: dict[str, list[str]] = {name: [] for name in report.racers}

@@ -1,78 +1,49 @@
-"""Running properties and reporting them: the engine behind both front ends.
+"""Running properties: the engine behind both front ends.
 
-:func:`run_property` runs one :class:`~gradientmail.conformance.context.Property` against
-a mailbox in a fresh key namespace, turns its outcome into a :class:`Result` (PASS, FAIL
-with a counterexample, or SKIP with the reason) and deletes every key it wrote.
-:func:`run_suite` runs them all and returns a :class:`SuiteReport` whose :meth:`lines
-<SuiteReport.lines>` are the CLI's report.
+:func:`run_property` runs one :class:`~gradientmail.conformance.context.Property` against a
+mailbox in a fresh key namespace, turns its outcome into a
+:class:`~gradientmail.conformance.report.Result` and deletes every key it wrote.
+:func:`run_suite` runs them in order and stops testing a store that stopped answering:
+the property that broke it FAILs with the cause, the rest are INCONCLUSIVE.
+:func:`check_store` is what ``gradientmail conformance`` runs: a preflight first, then the
+plan of the races, then the suite, each step reported as it happens.
 """
 
 from __future__ import annotations
 
-import enum
+import importlib.util
 import secrets
 import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from gradientmail.conformance.context import (
     Context,
     Property,
+    PropertyErrored,
     PropertyFailed,
     PropertySkipped,
     SuiteOptions,
 )
-from gradientmail.conformance.plan import RacePlan, plan_races
-from gradientmail.conformance.power import double_win_bound, keys_for_bound, percent
+from gradientmail.conformance.plan import RacePlan, estimate_seconds, plan_races
+from gradientmail.conformance.power import keys_for_bound
+from gradientmail.conformance.preflight import preflight
 from gradientmail.conformance.properties import PROPERTIES
-from gradientmail.errors import GradientMailError
+from gradientmail.conformance.report import Outcome, Result, SuiteReport
+from gradientmail.errors import BackendError, GradientMailError, MissingDependencyError
 from gradientmail.mailbox import Capability, Mailbox
 
 __all__ = [
-    "Outcome",
-    "Result",
-    "SuiteReport",
+    "check_store",
     "delete_all",
+    "missing_modules",
     "resolve_seed",
     "run_property",
     "run_suite",
 ]
-
-
-class Outcome(enum.Enum):
-    """What a property's run concluded."""
-
-    PASS = "PASS"
-    FAIL = "FAIL"
-    SKIP = "SKIP"
-
-
-@dataclass(frozen=True)
-class Result:
-    """One property's outcome: the summary (PASS), counterexample (FAIL) or reason (SKIP)."""
-
-    prop: Property
-    outcome: Outcome
-    detail: str
-    seconds: float
-    #: Keys its single-winner races contested cleanly (0 for other properties).
-    contested: int = 0
-
-    @property
-    def bound(self) -> float | None:
-        """The double-win rate its clean races rule out at 95 % confidence, if it raced."""
-        if self.outcome is not Outcome.PASS or not self.contested:
-            return None
-        return double_win_bound(self.contested)
-
-    def lines(self, width: int = 22) -> list[str]:
-        """The report lines: ``OUTCOME  name  (time)  detail``; extra detail lines indented."""
-        first, *rest = self.detail.splitlines() or [""]
-        head = f"{self.outcome.value}  {self.prop.name:<{width}} {self.seconds:5.1f}s  {first}"
-        return [head, *(f"{'':>{width + 14}}{line}" for line in rest)]
 
 
 def resolve_seed(options: SuiteOptions) -> SuiteOptions:
@@ -88,6 +59,19 @@ def delete_all(box: Mailbox, prefix: str = "") -> int:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(box.delete, keys))
     return len(keys)
+
+
+def missing_modules(properties: Iterable[Property]) -> tuple[str, ...]:
+    """The modules ``properties`` need (:attr:`Property.needs`) that cannot be imported."""
+    needed = sorted({m for p in properties for m in p.needs})
+    return tuple(m for m in needed if importlib.util.find_spec(m) is None)
+
+
+_CLEANUP_FAILED = "could not delete this property's keys"
+
+
+def _runnable(properties: list[Property], missing: tuple[str, ...]) -> list[Property]:
+    return [p for p in properties if not set(p.needs) & set(missing)]
 
 
 def _shorten(text: str, limit: int = 300) -> str:
@@ -107,6 +91,31 @@ def _missing_capabilities(prop: Property, box: Mailbox) -> str | None:
         return None
     names = ", ".join(f"Capability.{cap.name} ({_MEANING[cap]})" for cap in missing)
     return f"the mailbox does not declare {names}; not checked, and not to be relied on"
+
+
+def _store_error_caused(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised because the store failed (it, or what it wraps)."""
+    return isinstance(exc, BackendError) or isinstance(exc.__cause__, BackendError)
+
+
+def _conclude(prop: Property, ctx: Context) -> tuple[Outcome, str, bool]:
+    """Run the check; return (outcome, detail, whether a FAIL was seen, not an error)."""
+    try:
+        return Outcome.PASS, prop.check(ctx), False
+    except PropertySkipped as exc:
+        return Outcome.SKIP, str(exc), False
+    except MissingDependencyError as exc:
+        return Outcome.INCONCLUSIVE, f"not run: {exc}", False
+    except PropertyFailed as exc:
+        return Outcome.FAIL, str(exc), not _store_error_caused(exc)
+    except PropertyErrored as exc:
+        return Outcome.FAIL, str(exc), False
+    except GradientMailError as exc:
+        return Outcome.FAIL, _shorten(f"{type(exc).__name__}: {exc}"), False
+    except Exception as exc:  # noqa: BLE001 - a bug in a store's client is a failure too
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        detail = _shorten(f"unexpected {type(exc).__name__}: {exc}")
+        return Outcome.FAIL, f"{detail} (at {where.filename}:{where.lineno})", False
 
 
 def run_property(
@@ -129,8 +138,9 @@ def run_property(
             ``options.target_bound`` needs, as when the property runs alone.
 
     Returns:
-        PASS with a summary, FAIL with a counterexample (any exception from the store counts
-        as a failure, shown with its type), or SKIP with the reason.
+        PASS with a summary; FAIL with a counterexample (``observed``) or the store's error
+        (any exception counts, shown with its type); SKIP with the reason; INCONCLUSIVE when
+        a module it needs is missing.
     """
     options = resolve_seed(options)
     assert options.seed is not None
@@ -143,108 +153,13 @@ def run_property(
     if contested_target is None and prop.race_mode is not None and bound is not None:
         contested_target = keys_for_bound(bound)
     ctx = Context(box, ns, options, options.seed, contested_target=contested_target)
-    try:
-        outcome, detail = Outcome.PASS, prop.check(ctx)
-    except PropertySkipped as exc:
-        outcome, detail = Outcome.SKIP, str(exc)
-    except PropertyFailed as exc:
-        outcome, detail = Outcome.FAIL, str(exc)
-    except GradientMailError as exc:
-        outcome, detail = Outcome.FAIL, _shorten(f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # noqa: BLE001 - a bug in a store's client is a failure too
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        outcome = Outcome.FAIL
-        detail = _shorten(f"unexpected {type(exc).__name__}: {exc}")
-        detail += f" (at {where.filename}:{where.lineno})"
+    outcome, detail, observed = _conclude(prop, ctx)
     try:
         delete_all(box, ns + "/")
     except GradientMailError as exc:
-        detail += f"\ncould not delete this property's keys under {ns}/: {exc}"
-    return Result(prop, outcome, detail, time.perf_counter() - started, ctx.contested)
-
-
-@dataclass
-class SuiteReport:
-    """Every property's result, and the verdict."""
-
-    url: str
-    options: SuiteOptions
-    results: list[Result] = field(default_factory=list)
-    #: How the races were sized, if the run aimed at a bound.
-    plan: RacePlan | None = None
-
-    @property
-    def contested(self) -> int:
-        """Keys contested by the single-winner races that passed."""
-        return sum(r.contested for r in self.by_outcome(Outcome.PASS) if r.prop.race_mode)
-
-    def power(self) -> str:
-        """What the clean races rule out, for the verdict; empty if no race passed."""
-        if not self.contested:
-            return ""
-        bound = percent(double_win_bound(self.contested))
-        return (
-            f" Races: 0 double winners in {self.contested} contested keys, so a store that "
-            f"lets two claimants win on more than {bound} of contested keys would have "
-            "failed with 95 % confidence."
-        )
-
-    def by_outcome(self, outcome: Outcome) -> list[Result]:
-        """The results with ``outcome``, in report order."""
-        return [r for r in self.results if r.outcome is outcome]
-
-    @property
-    def ok(self) -> bool:
-        """No property failed."""
-        return not self.by_outcome(Outcome.FAIL)
-
-    def result(self, name: str) -> Result:
-        """The result of the property called ``name``."""
-        for result in self.results:
-            if result.prop.name == name:
-                return result
-        raise KeyError(name)
-
-    def verdict(self) -> str:
-        """The one-line verdict that ends the report."""
-        failed = self.by_outcome(Outcome.FAIL)
-        skipped = self.by_outcome(Outcome.SKIP)
-        total = len(self.results)
-        skip_note = (
-            f"; {len(skipped)} skipped ({', '.join(r.prop.name for r in skipped)})"
-            if skipped
-            else ""
-        )
-        if failed:
-            names = ", ".join(r.prop.name for r in failed)
-            if any(r.prop.atomicity for r in failed):
-                meaning = "NOT safe to coordinate on: two claimants can both win"
-            elif any(r.prop.atomicity for r in skipped):
-                meaning = (
-                    "Keys or listings differ from the contract, and atomicity was only "
-                    "partly checked (see the skipped properties)"
-                )
-            else:
-                meaning = (
-                    "Claims were atomic in every race, but keys or listings differ from the "
-                    "contract, so code may not move here unchanged"
-                )
-            return (
-                f"verdict: FAIL: {len(failed)} of {total} properties failed ({names}){skip_note}. "
-                f"{meaning}.{self.power()} Replay with --seed {self.options.seed}"
-            )
-        return (
-            f"verdict: PASS: {total - len(skipped)} of {total} properties hold{skip_note}."
-            f"{self.power()} Seed {self.options.seed}"
-        )
-
-    def lines(self) -> list[str]:
-        """Every result's lines, then the verdict."""
-        out: list[str] = []
-        for result in self.results:
-            out.extend(result.lines())
-        out.append(self.verdict())
-        return out
+        detail += f"\n{_CLEANUP_FAILED} under {ns}/: {exc}"
+    seconds = time.perf_counter() - started
+    return Result(prop, outcome, detail, seconds, ctx.contested, observed)
 
 
 def run_suite(
@@ -257,6 +172,11 @@ def run_suite(
 ) -> SuiteReport:
     """Run ``properties`` (default: all) against ``box`` in order.
 
+    A property that needs a module that is not installed is INCONCLUSIVE, not run. After
+    a property fails with a store error (not a counterexample), a preflight checks that
+    the store still answers; if it does not, that property keeps its FAIL, with the cause,
+    and every later property is INCONCLUSIVE without running (:attr:`SuiteReport.stopped`).
+
     Args:
         box: a mailbox; each property works in its own namespace and deletes its keys.
         options: how hard to push; a ``None`` seed becomes a random one, reported.
@@ -267,12 +187,84 @@ def run_suite(
     """
     options = resolve_seed(options or SuiteOptions())
     properties = list(properties)
-    plan = plan or plan_races(box, options, properties)
-    report = SuiteReport(box.url, options, plan=plan)
+    missing = missing_modules(properties)
+    plan = plan or plan_races(box, options, _runnable(properties, missing))
+    report = SuiteReport(box.url, options, plan=plan, missing=missing)
     for prop in properties:
-        share = plan.shares.get(prop.name) if plan is not None else None
-        result = run_property(prop, box, options, contested_target=share)
+        result = _next_result(report, prop, box, options)
         report.results.append(result)
         if on_result is not None:
             on_result(result)
+    return report
+
+
+def _next_result(
+    report: SuiteReport, prop: Property, box: Mailbox, options: SuiteOptions
+) -> Result:
+    undeclared = _missing_capabilities(prop, box)
+    if undeclared is not None:
+        return Result(prop, Outcome.SKIP, undeclared, 0.0)
+    if report.stopped is not None:
+        why = f"not run: the store stopped answering during {report.stopped[0]}"
+        return Result(prop, Outcome.INCONCLUSIVE, why, 0.0)
+    absent = [m for m in prop.needs if m in report.missing]
+    if absent:
+        why = f"not run: needs {', '.join(absent)}, from the conformance extra (see the note)"
+        return Result(prop, Outcome.INCONCLUSIVE, why, 0.0)
+    share = report.plan.shares.get(prop.name) if report.plan is not None else None
+    result = run_property(prop, box, options, contested_target=share)
+    if result.outcome is Outcome.FAIL and not result.observed:
+        problem = preflight(box)
+        if problem is not None:
+            report.stopped = (prop.name, problem)
+            # Its keys could not be deleted either: say so once, not with the error again.
+            kept = [x for x in result.detail.splitlines() if not x.startswith(_CLEANUP_FAILED)]
+            after = f"then the store stopped answering ({problem.summary}; its keys may remain)"
+            result = replace(result, detail="\n".join([*kept, after]))
+    return result
+
+
+def check_store(
+    box: Mailbox,
+    options: SuiteOptions,
+    properties: Iterable[Property] = PROPERTIES,
+    *,
+    say: Callable[[str], None],
+    estimate: bool = False,
+) -> SuiteReport:
+    """Preflight, plan, then the suite: what ``gradientmail conformance`` runs.
+
+    Each step is reported through ``say`` as it happens: a store that cannot be tested
+    (:func:`~gradientmail.conformance.preflight.preflight`) is reported once, and nothing
+    runs; a missing extra is stated once; the race plan (with an estimate of its time when
+    ``estimate``) comes before the first property; then each result. The verdict is left to
+    the caller (``report.verdict()``), which may clean up first.
+    """
+    options = resolve_seed(options)
+    properties = list(properties)
+    problem = preflight(box)
+    if problem is not None:
+        say(f"INCONCLUSIVE  cannot test {box.url}: {problem}")
+        return SuiteReport(box.url, options, problem=problem)
+    missing = missing_modules(properties)
+    notes = []
+    if missing:
+        needing = [p.name for p in properties if set(p.needs) & set(missing)]
+        notes.append(
+            f"note: {', '.join(missing)} (the conformance extra) is not installed, so "
+            f"{', '.join(needing)} cannot run and will be INCONCLUSIVE. "
+            "Fix: pip install 'gradientmail[conformance]'"
+        )
+    plan = plan_races(box, options, _runnable(properties, missing))
+    if plan is not None and estimate:
+        plan = estimate_seconds(box, plan, options)
+    for line in notes + ([plan.describe()] if plan is not None else []):
+        say(line)
+
+    def show(result: Result) -> None:
+        for line in result.lines():
+            say(line)
+
+    report = run_suite(box, options, properties=properties, on_result=show, plan=plan)
+    report.notes = notes
     return report

@@ -32,7 +32,8 @@ import pytest
 
 from gradientmail.conformance.context import Property, SuiteOptions
 from gradientmail.conformance.properties import PROPERTIES
-from gradientmail.conformance.runner import Outcome, resolve_seed, run_property
+from gradientmail.conformance.report import Outcome
+from gradientmail.conformance.runner import resolve_seed, run_property
 from gradientmail.mailbox import Mailbox
 
 __all__ = ["MailboxConformance"]
@@ -50,6 +51,8 @@ def _make_test(prop: Property) -> Any:
             print(f"{prop.name}: {result.detail}")
         if result.outcome is Outcome.SKIP:
             pytest.skip(f"{prop.name}: {result.detail}")
+        if result.outcome is Outcome.INCONCLUSIVE:
+            pytest.skip(f"{prop.name}: INCONCLUSIVE, not tested: {result.detail}")
         if result.outcome is Outcome.FAIL:
             pytest.fail(
                 f"{prop.name} failed ({prop.protects}):\n{result.detail}\n"

@@ -36,16 +36,18 @@ def fresh_segment() -> str:
     return f"conformance-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
-def remove_workspace(box: Mailbox, segment: str) -> str | None:
+def remove_workspace(box: Mailbox, segment: str, *, delete_keys: bool = True) -> str | None:
     """Delete every key in ``box`` (the run's workspace); return a warning, or ``None``.
 
     A local directory whose name is ``segment`` (the run created it) is removed too, so
-    not even empty directories are left behind.
+    not even empty directories are left behind. With ``delete_keys=False`` (the store does
+    not answer: asking it would only wait for timeouts) no request is sent.
     """
-    try:
-        delete_all(box)
-    except GradientMailError as exc:
-        return f"warning: could not delete every key under {box.url}: {exc}"
+    if delete_keys:
+        try:
+            delete_all(box)
+        except GradientMailError as exc:
+            return f"warning: could not delete every key under {box.url}: {exc}"
     path = box.url.partition("://")[2]
     if path.startswith("/") and os.path.basename(path) == segment and os.path.isdir(path):
         close = getattr(box, "close", None)

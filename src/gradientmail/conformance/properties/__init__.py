@@ -31,7 +31,7 @@ from gradientmail.conformance.properties.semantics import *  # noqa: F403 - the 
 from gradientmail.conformance.properties.values import *  # noqa: F403 - the group's __all__
 from gradientmail.errors import ConfigurationError
 
-__all__ = ["PROPERTIES", "property_named", "select_properties"]
+__all__ = ["GROUPS", "PROPERTIES", "property_named", "select_properties"]
 __all__ += context.__all__
 __all__ += keys.__all__
 __all__ += values.__all__
@@ -47,6 +47,17 @@ PROPERTIES: tuple[Property, ...] = (
 )
 
 
+#: Names ``--only`` accepts for several properties at once.
+GROUPS: dict[str, tuple[Property, ...]] = {
+    "keys": keys.KEY_PROPERTIES,
+    "values": values.VALUE_PROPERTIES,
+    "semantics": semantics.SEMANTIC_PROPERTIES,
+    "concurrency": concurrency.CONCURRENCY_PROPERTIES,
+    # Whatever lets two claimants win when it fails: the claims themselves.
+    "atomicity": tuple(p for p in PROPERTIES if p.atomicity),
+}
+
+
 def property_named(name: str) -> Property:
     """The property called ``name``.
 
@@ -60,7 +71,10 @@ def property_named(name: str) -> Property:
 
 
 def select_properties(only: str | None) -> list[Property]:
-    """The properties named in ``only`` (comma-separated), in report order; all for ``None``.
+    """The properties and groups named in ``only`` (comma-separated), in report order.
+
+    ``None`` selects every property. A group (:data:`GROUPS`, e.g. ``atomicity``) stands
+    for all of its properties.
 
     Raises:
         ConfigurationError: an unknown name, or none at all; the message lists the names.
@@ -68,10 +82,12 @@ def select_properties(only: str | None) -> list[Property]:
     if only is None:
         return list(PROPERTIES)
     names = [p.name for p in PROPERTIES]
-    wanted = {n.strip() for n in only.split(",") if n.strip()}
-    unknown = sorted(wanted - set(names))
-    if unknown or not wanted:
+    given = {n.strip() for n in only.split(",") if n.strip()}
+    unknown = sorted(given - set(names) - set(GROUPS))
+    if unknown or not given:
         raise ConfigurationError(
-            f"--only names unknown properties {unknown}; properties: {', '.join(names)}"
+            f"--only names unknown properties {unknown}; properties: {', '.join(names)}; "
+            f"groups: {', '.join(GROUPS)}"
         )
+    wanted = {p.name for g in given & set(GROUPS) for p in GROUPS[g]} | (given & set(names))
     return [p for p in PROPERTIES if p.name in wanted]

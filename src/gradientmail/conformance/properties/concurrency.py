@@ -15,6 +15,7 @@ from __future__ import annotations
 from gradientmail.conformance.context import (
     Context,
     Property,
+    PropertyErrored,
     PropertyFailed,
     PropertySkipped,
     require_hypothesis,
@@ -43,7 +44,7 @@ def _race_once(
     ctx: Context, mode: Mode, racers: int, keys: int, payload: int, name: str
 ) -> RaceReport:
     """One race on fresh keys under ``name`` in the property's namespace."""
-    return race_put_if_absent(
+    report = race_put_if_absent(
         ctx.box,
         racers=racers,
         keys=keys,
@@ -52,6 +53,8 @@ def _race_once(
         prefix=ctx.key(name),
         timeout=ctx.options.timeout,
     )
+    ctx.unknown_outcomes += sum(len(names) for names in report.unknown.values())
+    return report
 
 
 def _race(ctx: Context, mode: Mode) -> str:
@@ -65,7 +68,7 @@ def _race(ctx: Context, mode: Mode) -> str:
     keys_max = ctx.options.keys_per_race
     generated = 0 if ctx.options.quick else (3 if mode == "threads" else 1)
     runs: list[str] = []
-    failure: list[str] = []
+    failure: list[Exception] = []
 
     def race(racers: int, keys: int, payload: int) -> None:
         size = "6 MiB" if payload == BIG else f"{payload}-byte"
@@ -73,8 +76,8 @@ def _race(ctx: Context, mode: Mode) -> str:
         report = _race_once(ctx, mode, racers, keys, payload, f"race{len(runs)}")
         runs.append(f"{racers}×{keys}" + (" (6 MiB values)" if payload == BIG else ""))
         if not report.ok:
-            failure.append(f"{report.counterexample()} [{label}]")
-            raise AssertionError(failure[-1])
+            failure.append(_failure(ctx, mode, report, label))
+            raise AssertionError(str(failure[-1]))
         ctx.contested += report.contested
 
     phases = [hypothesis.Phase.explicit] + ([hypothesis.Phase.generate] if generated else [])
@@ -101,14 +104,21 @@ def _race(ctx: Context, mode: Mode) -> str:
         test()
     except Exception as exc:
         if failure:
-            raise PropertyFailed(_smallest_race(ctx, mode, failure[0])) from exc
+            raise failure[0] from exc
         raise
     batches = _top_up(ctx, mode, most)
     shapes = ", ".join(runs)
-    more = f" and {batches} batches of up to {BATCH_KEYS} keys, {most} {mode}" if batches else ""
+    plural = "batch" if batches == 1 else "batches"
+    more = f" and {batches} {plural} of up to {BATCH_KEYS} keys, {most} {mode}" if batches else ""
+    unknown = (
+        f"\n{ctx.unknown_outcomes} calls raised OutcomeUnknownError (allowed after a lost "
+        "response); the bytes stored on those keys were still one claimant's"
+        if ctx.unknown_outcomes
+        else ""
+    )
     return (
         f"exactly one winner per key, holding its bytes, in {len(runs)} races ({shapes}){more}"
-        f"\n{power_statement(ctx.contested)}"
+        f"\n{power_statement(ctx.contested)}{unknown}"
     )
 
 
@@ -123,14 +133,24 @@ def _top_up(ctx: Context, mode: Mode, most: int) -> int:
         keys = min(BATCH_KEYS, target - ctx.contested)
         report = _race_once(ctx, mode, most, keys, BATCH_PAYLOAD, f"batch{batches}")
         batches += 1
-        if not report.ok or report.contested == 0:
-            first = (
-                f"{report.counterexample() or 'no key was contested'} [{most} {mode} × {keys} "
-                f"keys, batch {batches}, after {ctx.contested} clean contested keys]"
-            )
-            raise PropertyFailed(_smallest_race(ctx, mode, first))
+        if not report.ok:
+            label = f"{most} {mode} × {keys} keys, batch {batches}"
+            raise _failure(ctx, mode, report, f"{label}, after {ctx.contested} clean keys")
         ctx.contested += report.contested
     return batches
+
+
+def _failure(ctx: Context, mode: Mode, report: RaceReport, label: str) -> Exception:
+    """What a failed race raises: a shrunk counterexample, or the racers' error.
+
+    Two winners on a key, or a winner whose bytes are not stored, is the store seen
+    breaking atomicity (:class:`PropertyFailed`). Racers that got errors, and left keys
+    nobody won, say nothing about atomicity (:class:`PropertyErrored`).
+    """
+    first = f"{report.counterexample()} [{label}]"
+    if report.multiple_winners() or report.wrong_bytes() or not report.errors:
+        return PropertyFailed(_smallest_race(ctx, mode, first))
+    return PropertyErrored(first)
 
 
 def _smallest_race(ctx: Context, mode: Mode, first: str) -> str:
@@ -170,9 +190,9 @@ def _counter(ctx: Context, mode: Mode) -> str:
         timeout=ctx.options.timeout,
     )
     if not report.ok:
-        raise PropertyFailed(
-            f"{report.counterexample()} [{workers} {mode} × {increments} increments]"
-        )
+        text = f"{report.counterexample()} [{workers} {mode} × {increments} increments]"
+        # A worker that got an error says nothing about lost updates.
+        raise PropertyErrored(text) if report.errors else PropertyFailed(text)
     return (
         f"{workers} {mode} × {increments} increments = {report.final} "
         f"({report.conflicts} lost swaps retried)"
@@ -202,6 +222,7 @@ CONCURRENCY_PROPERTIES: tuple[Property, ...] = (
         (_ATOMIC,),
         atomicity=True,
         race_mode="threads",
+        needs=("hypothesis",),
     ),
     Property(
         "race-processes",
@@ -210,6 +231,7 @@ CONCURRENCY_PROPERTIES: tuple[Property, ...] = (
         (_ATOMIC, _SHARED),
         atomicity=True,
         race_mode="processes",
+        needs=("hypothesis",),
     ),
     Property(
         "cas-counter-threads",

@@ -279,5 +279,6 @@ SEMANTIC_PROPERTIES: tuple[Property, ...] = (
         "stateful-model",
         "any sequence of operations where the store disagrees with a plain dict",
         check_stateful_model,
+        needs=("hypothesis",),
     ),
 )
