@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from gradientmail import ConfigurationError, LeaseLostError, Mailbox
+from gradientmail import ConfigurationError, LeaseLostError, Mailbox, Session
 from gradientmail.cli import main
 from gradientmail.patterns.claims import parse_claim
 from gradientmail.patterns.shared_queue import shared_queue
-from gradientmail.status import read_status
+from gradientmail.status import plot_gantt, read_status
 from tests.lifecycle_workers import ITEMS_PER_UNIT, learner, read_log, units_of
 from tests.rigs import Rig
 
@@ -151,8 +151,15 @@ def test_kill_all_then_restart_all_completes_each_unit_once(
     assert reloaded | done_before == set(units_of(count))
 
 
-def test_a_restarted_learner_takes_back_its_own_units_first(rig_file: Rig, tmp_path: Path) -> None:
-    box, count = rig_file.fresh(), 30
+@pytest.mark.parametrize(
+    "rig_name",
+    [pytest.param(r, marks=() if r == "rig_file" else pytest.mark.slow) for r in PROCESS_RIGS],
+)
+def test_a_restarted_learner_takes_back_its_own_units_first(
+    request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
+) -> None:
+    rig: Rig = request.getfixturevalue(rig_name)
+    box, count = rig.fresh(), 30
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()
@@ -181,7 +188,7 @@ def test_a_restarted_learner_takes_back_its_own_units_first(rig_file: Rig, tmp_p
 # -- pause (SIGSTOP) -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rig_name", ["rig_file", "rig_s3_seaweed"])
+@pytest.mark.parametrize("rig_name", PROCESS_RIGS)
 def test_a_paused_learner_is_fenced_and_never_completes_a_lost_unit(
     request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
 ) -> None:
@@ -210,7 +217,7 @@ def test_a_paused_learner_is_fenced_and_never_completes_a_lost_unit(
 # -- early exit, epochs, refusals (threads) ------------------------------------------------------
 
 
-def test_leaving_early_releases_units_to_the_others_at_once(box: Mailbox) -> None:
+def test_leaving_early_releases_units_to_the_others_at_once(box: Mailbox, tmp_path: Path) -> None:
     units = units_of(12)
     lease = 30.0  # far longer than this test may take
     started = time.monotonic()
@@ -229,7 +236,10 @@ def test_leaving_early_releases_units_to_the_others_at_once(box: Mailbox) -> Non
             if len(got["early"]) == 3:
                 break
     early_left.set()
-    with shared_queue(units, mailbox=box, learner_id="stays", load=load, lease=lease) as q:
+    with (
+        Session(box, "stays", publish_every=60),
+        shared_queue(units, mailbox=box, learner_id="stays", load=load, lease=lease) as q,
+    ):
         got["stays"].extend(q)
         assert q.stats.units_reclaimed >= 1
     assert time.monotonic() - started < lease / 2
@@ -237,7 +247,14 @@ def test_leaving_early_releases_units_to_the_others_at_once(box: Mailbox) -> Non
     assert set(got["stays"]) | set(got["early"]) == every
     status = read_status(box)
     assert status.complete
+    assert status.reclaimed >= 1
     assert {r["learner"]: r["state"] for r in status.learners}["early"] == "released"
+    (stays,) = [r for r in status.learners if r["learner"] == "stays"]
+    reclaimed = [u for u in stays["units"] if u[4]]
+    assert len(reclaimed) == q.stats.units_reclaimed, "the plot hatches these units"
+    png = tmp_path / "run.png"
+    plot_gantt(status, str(png))
+    assert png.read_bytes().startswith(b"\x89PNG")
 
 
 def test_epochs_complete_every_unit_once_each_with_a_shared_shuffled_order(box: Mailbox) -> None:
