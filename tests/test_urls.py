@@ -339,3 +339,20 @@ def test_file_mailbox_url_and_repr_carry_no_user_info_host_or_query(tmp_path: Pa
         box.get("missing")
     assert "localhost" not in str(info.value)
     assert "fsync" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["run%41", "a b", "nœud", "x?y", "h#t", "100%"])
+def test_a_memory_mailbox_reopens_the_same_store_from_its_url(name: str) -> None:
+    from urllib.parse import quote
+
+    box = from_url("memory://" + quote(name, safe=""))
+    box.put("k", b"v")
+    again = pickle.loads(pickle.dumps(box))
+    assert again.get("k") == b"v"
+    assert from_url(box.url).get("k") == b"v"
+
+
+def test_a_password_in_a_memory_url_is_refused_and_never_echoed() -> None:
+    with pytest.raises(ConfigurationError, match="no user name or password") as caught:
+        from_url("memory://user:s3cret@store")
+    assert "s3cret" not in str(caught.value)

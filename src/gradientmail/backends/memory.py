@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+from urllib.parse import quote, urlsplit
 
 from gradientmail.backends.base import BaseMailbox, Conflict, Stat
 from gradientmail.backends.options import parse_options, split_url
@@ -53,7 +54,9 @@ class MemoryMailbox(BaseMailbox):
     )
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"memory://{name}")
+        # The URL carries the name percent-encoded, so that it reopens the same store when
+        # parsed again (a pickle, a URL printed and pasted): split_url decodes exactly once.
+        super().__init__("memory://" + quote(name, safe="/", errors="surrogateescape"))
         self.name = name
         self._store = _store(name)
 
@@ -62,6 +65,10 @@ class MemoryMailbox(BaseMailbox):
         """Open ``memory://NAME``. Raises ``ConfigurationError`` for options or a bad URL."""
         parse_options("memory", options, {})
         split = split_url(url)
+        if "@" in urlsplit(url).netloc:
+            raise ConfigurationError(
+                "memory:// URLs take no user name or password; use memory://NAME"
+            )
         name = (split.netloc + split.path).strip("/")
         if not name:
             raise ConfigurationError(
