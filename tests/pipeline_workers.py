@@ -6,6 +6,7 @@ Module-level functions, so that spawned processes can import them.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import threading
 import time
 from collections import Counter
@@ -144,3 +145,68 @@ def assert_exactly_once(taken: list[tuple[str, int]], counts: dict[str, int]) ->
     missing = expected - set(taken)
     assert not missing, f"lost: {sorted(missing)[:5]} ({len(missing)} in all)"
     assert set(taken) == expected
+
+
+def consumer_victim(
+    url: str,
+    names: list[str],
+    consumer: str,
+    log_path: str,
+    stop_after: int,
+    stop_signal: int,
+    ready: Any,
+    options: dict[str, Any] | None = None,
+    pipe_options: dict[str, Any] | None = None,
+) -> None:
+    """A consumer process that signals itself (SIGKILL, SIGSTOP) after ``stop_after`` items.
+
+    Sets ``ready`` once its consumer is open. Each item ``next()`` returned is appended to
+    ``log_path`` before anything else happens; at the ``stop_after``-th, the process waits
+    until it has claimed at least one item more (decode runs after the claim, on the
+    prefetch thread), so that it holds prefetched items when the signal lands. After a
+    SIGSTOP it resumes where it was, and logs what its iteration ended with: ``end`` or the
+    error's type and message.
+    """
+    decoded = 0
+    holds_more = threading.Event()
+
+    def decode(data: bytes) -> bytes:
+        nonlocal decoded
+        decoded += 1
+        if decoded > stop_after:
+            holds_more.set()
+        return data
+
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    outcome = "end"
+    try:
+        pipe = open_pipe(url, names, options, **(pipe_options or {}))
+        with pipe.consumer(consumer, decode=decode) as items:
+            ready.set()
+            for n, item in enumerate(items, 1):
+                producer, seq = parse(item)
+                os.write(fd, f"item {producer} {seq}\n".encode())
+                if n == stop_after:
+                    holds_more.wait(JOIN)
+                    os.kill(os.getpid(), stop_signal)
+                time.sleep(0.005)  # stands in for a training step
+    except BaseException as exc:  # noqa: BLE001 - reported to the test through the log
+        outcome = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    finally:
+        os.write(fd, f"outcome {outcome}\n".encode())
+        os.close(fd)
+
+
+def read_victim_log(log_path: str) -> tuple[list[tuple[str, int]], str | None]:
+    """The items a :func:`consumer_victim` logged, and its outcome line (if it got there)."""
+    taken: list[tuple[str, int]] = []
+    outcome = None
+    with open(log_path, encoding="utf-8") as log:
+        for line in log:
+            kind, _, rest = line.rstrip("\n").partition(" ")
+            if kind == "item":
+                producer, seq = rest.rsplit(" ", 1)
+                taken.append((producer, int(seq)))
+            else:
+                outcome = rest
+    return taken, outcome

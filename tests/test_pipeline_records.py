@@ -45,7 +45,8 @@ RECORDS: list[Record] = [
     End("lost", count=2, by="trainer", token=None, silent_s=15.25),
     Aborted("stopped by the operator"),
     Aborted("producer 'a' ended failed", producer="a"),
-    ItemClaim("trainer", "0" * 32, 1700000000.5),
+    ItemClaim("trainer", "0" * 32, 1700000000.5, 1, n=4, delivered_before=2, state="claimed"),
+    ItemClaim("t-2", "1" * 32, 1.0, 2, n=0, delivered_before=0, state="delivered", taken_from="t"),
 ]
 
 
@@ -83,6 +84,12 @@ MALFORMED: list[tuple[type[Record], Any, str]] = [
     (Registration, {"host": "h", "pid": 1}, "field 'token' is missing"),
     (Aborted, {"why": "?"}, "field 'reason' is missing"),
     (ItemClaim, {"owner": 7, "token": "t", "claimed_at": 1.0}, "'owner' is not of type str"),
+    (
+        ItemClaim,
+        {"owner": "c", "token": "t", "claimed_at": 1.0, "incarnation": 1, "n": 0}
+        | {"delivered_before": 0, "state": "lost"},
+        "state is 'lost'",
+    ),
 ]
 
 
@@ -121,7 +128,7 @@ def test_an_item_claim_names_the_consumer_that_took_the_item() -> None:
         assert list(items) == [b"one"]
     claim = ItemClaim.read(box, claim_key("a", 0))
     assert claim is not None
-    assert claim.owner == "trainer-7"
+    assert (claim.owner, claim.state) == ("trainer-7", "delivered")
 
 
 def test_a_producer_failure_is_rebuilt_from_its_end_record() -> None:

@@ -7,6 +7,7 @@ why simpler protocols fail, in ``docs/pipeline.md``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import threading
@@ -33,6 +34,9 @@ U = TypeVar("U")
 Decode = Callable[[Any], Any]
 
 DEFAULT_STALL = 600.0
+#: Numbers the default consumer ids of this process, across pipeline handles: over a mailbox
+#: each open consumer holds a lease named by its id, so two may not share one.
+_consumer_numbers = itertools.count(1)
 
 
 def check_id(value: object, what: str) -> str:
@@ -137,7 +141,12 @@ class Consumer(ABC, Generic[T]):
     def __next__(self) -> T: ...
 
     def close(self) -> None:
-        """Stop taking items. Items already claimed by a mailbox consumer are not returned."""
+        """Stop taking items.
+
+        A mailbox consumer hands the items it had prefetched and not returned to the other
+        consumers, which take them over. Close every consumer you stop iterating early
+        (use ``with``): until then the others wait for its prefetched items before they end.
+        """
 
     def __enter__(self) -> Consumer[T]:
         return self
@@ -177,7 +186,6 @@ class Pipeline(Generic[T]):
         self._lock = threading.Lock()
         self._producers: dict[str, ProducerStats] = {}
         self._consumers: dict[str, ConsumerStats] = {}
-        self._consumer_count = 0
 
     @classmethod
     def in_process(
@@ -297,8 +305,10 @@ class Pipeline(Generic[T]):
         """Open a consumer. Any number may be open, in any threads or processes.
 
         Args:
-            consumer_id: a name for statistics and claims; defaults to
-                ``{hostname}-{pid}-{n}``.
+            consumer_id: a name for statistics, claims and (over a mailbox) the consumer's
+                lease; two consumers open at once must not share one. Defaults to
+                ``{hostname}-{pid}-{n}``, unique in this process. Reopening an id after its
+                consumer closed or died continues as a new incarnation of it.
             decode: applied to each item before the consumer returns it (bytes to tensors,
                 say). Over a mailbox it runs in the prefetch thread, ahead of the loop, so
                 the loop gets ready items; an error in it reaches the loop as a
@@ -306,14 +316,13 @@ class Pipeline(Generic[T]):
                 consumer's thread, and its errors propagate as they are.
 
         Raises:
-            ConfigurationError: the id is not a valid id, or ``decode`` is not callable.
+            ConfigurationError: the id is not a valid id, or ``decode`` is not callable;
+                over a mailbox, the id is too long for its keys, or a live consumer holds
+                it (seen renewing its lease for about one ``heartbeat_interval``).
         """
-        with self._lock:
-            self._consumer_count += 1
-            number = self._consumer_count
         if consumer_id is None:
             host = socket.gethostname().split(".")[0] or "host"
-            consumer_id = f"{host}-{os.getpid()}-{number}"
+            consumer_id = f"{host}-{os.getpid()}-{next(_consumer_numbers)}"
         check_id(consumer_id, "consumer id")
         if decode is not None and not callable(decode):
             raise ConfigurationError(f"decode must be callable, not {type(decode).__name__}")

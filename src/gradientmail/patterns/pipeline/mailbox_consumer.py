@@ -1,18 +1,22 @@
 """A consumer over a mailbox: a prefetch thread claims items round robin, exactly once.
 
-The consumer keeps a cursor per producer. Its prefetch thread (a
-:class:`~gradientmail.patterns.workers.Worker`) visits producers in turn, reads the next
-item, claims it with :func:`~gradientmail.patterns.claims.claim` (``put_if_absent``, then a
-read-back), applies ``decode`` and hands it to the loop through a
+The consumer holds a :class:`~gradientmail.patterns.leases.Lease` at
+``leases/consumers/{id}`` while it is open, and keeps a cursor per producer. Its prefetch
+thread (a :class:`~gradientmail.patterns.workers.Worker`) visits producers in turn, reads the
+next item, claims it (:class:`~gradientmail.patterns.pipeline.item_claims.ItemClaims`:
+``put_if_absent``, then a read-back), applies ``decode`` and hands it to the loop through a
 :class:`~gradientmail.patterns.workers.HandoffBuffer` of ``prefetch`` items. An error
-travels through the same buffer, after the items before it. The consumer stops when every
-declared producer has an end record and its cursor has reached that record's count.
+travels through the same buffer, after the items before it. ``next()`` swaps the item's
+claim to ``delivered`` before returning it; if another consumer took the item over first
+(this one was paused past its lease), it raises ``LeaseLostError`` instead.
 
-While it finds nothing, the thread polls with a :class:`~gradientmail.patterns.workers.Backoff`
-and, once per ``heartbeat_interval``, observes the leases of the unfinished producers with a
-:class:`~gradientmail.patterns.leases.LeaseWatcher`: a registered producer whose lease was
-unchanged for ``lease`` seconds (by this consumer's clock) is declared lost with
-compare-and-swap on its lease, and then its end record is created with status ``lost``.
+Claims of other consumers that the cursors pass undelivered are noted
+(:class:`~gradientmail.patterns.pipeline.takeover.Undelivered`). While it finds nothing
+new, the thread takes over those whose owner died, watches the producers' leases
+(:class:`~gradientmail.patterns.pipeline.producer_watch.ProducerWatch`), and polls with a
+:class:`~gradientmail.patterns.workers.Backoff`. The consumer stops when every declared
+producer has an end record, its cursor has reached that record's count, and every item it
+noted was delivered by its owner or taken over.
 """
 
 from __future__ import annotations
@@ -20,31 +24,31 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gradientmail.errors import (
+    ConfigurationError,
     KeyNotFoundError,
+    LeaseLostError,
     PipelineAbortedError,
     PipelineError,
     PipelineStalledError,
-    ProducerFailedError,
-    ProducerLostError,
 )
-from gradientmail.patterns.claims import claim
-from gradientmail.patterns.leases import LeaseState, LeaseWatcher
+from gradientmail.patterns.leases import LeaseWatcher
 from gradientmail.patterns.pipeline.api import Consumer, Decode
+from gradientmail.patterns.pipeline.item_claims import Held, ItemClaims
+from gradientmail.patterns.pipeline.producer_watch import Cursor, ProducerWatch
 from gradientmail.patterns.pipeline.records import (
     ABORTED_KEY,
-    PRODUCER_LEASES,
+    CONSUMER_LEASES,
     Aborted,
     End,
-    claim_key,
+    consumer_lease_key,
     end_key,
-    exists,
     item_key,
 )
 from gradientmail.patterns.pipeline.stats import ConsumerStats
+from gradientmail.patterns.pipeline.takeover import Undelivered
 from gradientmail.patterns.workers import Backoff, CarriedError, HandoffBuffer, Worker
 
 if TYPE_CHECKING:
@@ -53,32 +57,18 @@ if TYPE_CHECKING:
 __all__ = ["MailboxConsumer"]
 
 
-@dataclass
-class _Cursor:
-    """One consumer's view of one producer."""
-
-    producer: str
-    next: int = 0
-    end: End | None = None
-    catching_up: bool = True
-    #: The producer's lease as last observed (``None`` before the first observation).
-    lease: LeaseState | None = None
-    checked: float = 0.0
-
-    def exhausted(self) -> bool:
-        return self.end is not None and self.next >= self.end.count
-
-
 _END = object()
 
 
 class _Item:
-    """A decoded item in the prefetch buffer (so that no item is mistaken for a marker)."""
+    """A decoded item in the prefetch buffer, with its claim; or the error decoding it."""
 
-    __slots__ = ("value",)
+    __slots__ = ("error", "held", "value")
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: Any, held: Held, error: CarriedError | None = None) -> None:
         self.value = value
+        self.held = held
+        self.error = error
 
 
 class MailboxConsumer(Consumer[Any]):
@@ -91,9 +81,28 @@ class MailboxConsumer(Consumer[Any]):
         self._decode = decode
         self._buffer: HandoffBuffer[Any] = HandoffBuffer(core.settings.prefetch)
         self._done = False
-        now = time.monotonic()
-        self._cursors = [_Cursor(p, checked=now) for p in core.declared]
-        self._producers = LeaseWatcher(self._box, PRODUCER_LEASES, duration=core.settings.lease)
+        settings = core.settings
+        self._lease = core.lease(consumer_lease_key(consumer_id), consumer_id)
+        try:
+            self._lease.acquire()
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"consumer id {consumer_id!r} is in use by a live consumer of the pipeline in "
+                f"{self._box.url} (it renews its lease {self._lease.key!r}); give each open "
+                "consumer its own id, or leave consumer_id unset for a unique default"
+            ) from exc
+        self._lease.start()
+        self._lease_ended = False
+        self._claims = ItemClaims(self._box, consumer_id, self._lease.incarnation)
+        self._undelivered = Undelivered(
+            self._claims,
+            LeaseWatcher(self._box, CONSUMER_LEASES, duration=settings.lease),
+            settings.heartbeat_interval,
+        )
+        self._producers = ProducerWatch(
+            self._box, core.declared, settings, consumer_id, time.monotonic()
+        )
+        self._cursors = self._producers.cursors
         # Consumers start their round robin at different producers, so they collide less.
         self._turn = zlib.crc32(consumer_id.encode("utf-8")) % len(self._cursors)
         self._worker = Worker(f"gradientmail-consumer-{consumer_id}", self._run)
@@ -108,29 +117,54 @@ class MailboxConsumer(Consumer[Any]):
         self.stats.wait_s += waited
         self.stats.waits.add(waited)
         if entry is _END:
-            self._done = True
+            self._stop("finished")
             raise StopIteration
-        if isinstance(entry, PipelineError):
-            self._done = True
+        if isinstance(entry, (PipelineError, LeaseLostError)):
+            self._stop("failed")
             raise entry
         if isinstance(entry, CarriedError):
-            self._done = True
+            self._stop("failed")
             entry.reraise(f"the prefetch thread of pipeline consumer {self.id!r}")
         assert isinstance(entry, _Item)
+        self._deliver(entry)
+        if entry.error is not None:
+            self._stop("failed")
+            entry.error.reraise(f"the prefetch thread of pipeline consumer {self.id!r}")
         self.stats.items += 1
         return entry.value
 
+    def _deliver(self, entry: _Item) -> None:
+        """Swap the item's claim to delivered; after this no one else can take it over."""
+        start = time.perf_counter()
+        try:
+            self._claims.deliver(entry.held, failed=entry.error is not None)
+        except BaseException:
+            self._stop("failed")
+            raise
+        finally:
+            self.stats.deliver_s += time.perf_counter() - start
+
     def close(self) -> None:
+        """Stop taking items; hand the items claimed and not returned to the others.
+
+        The lease ends ``released``, so other consumers take those items over at once.
+        """
+        self._stop("released")
+
+    def _stop(self, state: str) -> None:
         self._done = True
         self._buffer.close()  # wakes the prefetch thread if it waits for room
         self._worker.stop()
+        if not self._lease_ended:
+            self._lease_ended = True
+            self._lease.end(state)
 
     # -- the prefetch thread ------------------------------------------------------------
 
     def _run(self, stop: threading.Event) -> None:
         try:
             self._loop(stop)
-        except PipelineError as exc:
+        except (PipelineError, LeaseLostError) as exc:
             self._buffer.put_control(exc)
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
             self._buffer.put_control(CarriedError.of(exc))
@@ -150,57 +184,81 @@ class MailboxConsumer(Consumer[Any]):
             if not self._buffer.wait_for_room():
                 return
             searching_since += time.perf_counter() - held  # a full buffer is not a stall
-            data = self._take_one(stop)
-            if data is not None:
-                value = data if self._decode is None else self._decode(data)
-                if not self._buffer.put(_Item(value)):
+            self._lease.ensure_fresh()  # claiming is an owner's act: never while fenced
+            taken = self._take_one(stop)
+            exhausted = self._producers.exhausted()
+            if taken is None and self._undelivered:
+                taken = self._take_over(at_end=exhausted)
+            if taken is not None:
+                if not self._hand_over(*taken):
                     return
                 backoff.reset()
                 searching_since = time.perf_counter()
-            for cursor in self._cursors:
-                if cursor.exhausted() and cursor.end is not None and cursor.end.status != "done":
-                    # Every item of this producer is claimed, ours already handed over.
-                    reason = f"producer {cursor.producer!r} ended {cursor.end.status}"
-                    self._box.put_if_absent(
-                        ABORTED_KEY, Aborted(reason, producer=cursor.producer).to_bytes()
-                    )
-                    raise self._failure(cursor.producer, cursor.end)
-            if data is not None:
+            failed = self._producers.failed()
+            if failed is not None:
+                # Every item of this producer is claimed, ours already handed over.
+                producer, end = failed
+                reason = f"producer {producer!r} ended {end.status}"
+                self._box.put_if_absent(ABORTED_KEY, Aborted(reason, producer=producer).to_bytes())
+                raise self._producers.failure(producer, end)
+            if taken is not None:
                 continue
-            if all(c.exhausted() for c in self._cursors):
+            if exhausted and not self._undelivered:
                 self._buffer.put_control(_END)
                 return
-            self._watch(time.monotonic())
+            self._producers.watch(time.monotonic())
             waited = time.perf_counter() - searching_since
             if stall is not None and waited > stall:
                 raise PipelineStalledError(
-                    f"consumer {self.id!r} found no item for {waited:.1f}s; producers not "
-                    f"finished: {self._describe_unfinished()}"
+                    f"consumer {self.id!r} found no item for {waited:.1f}s; "
+                    f"{self._describe_waits()}"
                 )
             stop.wait(backoff.next())
 
-    def _take_one(self, stop: threading.Event) -> bytes | None:
+    def _hand_over(self, data: bytes, held: Held) -> bool:
+        """Decode and buffer one claimed item; ``False`` if the consumer was closed.
+
+        A decode error takes the item's place in the buffer, and ends the thread.
+        """
+        try:
+            value = data if self._decode is None else self._decode(data)
+        except Exception as exc:  # noqa: BLE001 - next() raises it in the item's place
+            self._buffer.put(_Item(None, held, CarriedError.of(exc)))
+            return False
+        return self._buffer.put(_Item(value, held))
+
+    def _take_over(self, *, at_end: bool) -> tuple[bytes, Held] | None:
+        """Take over one item a dead consumer had claimed and not delivered, and read it."""
+        held = self._undelivered.take_one(time.monotonic(), at_end=at_end)
+        if held is None:
+            return None
+        self.stats.taken_over += 1
+        return self._box.get(item_key(held.producer, held.seq)), held
+
+    def _take_one(self, stop: threading.Event) -> tuple[bytes, Held] | None:
         """Claim and read the next available item from any producer, round robin."""
         count = len(self._cursors)
         for offset in range(count):
             cursor = self._cursors[(self._turn + offset) % count]
-            data = self._take_from(cursor)
-            if data is not None:
+            taken = self._take_from(cursor)
+            if taken is not None:
                 self._turn = (self._turn + offset + 1) % count
-                return data
+                return taken
             if stop.is_set():
                 return None
         return None
 
-    def _take_from(self, cursor: _Cursor) -> bytes | None:
+    def _take_from(self, cursor: Cursor) -> tuple[bytes, Held] | None:
         box = self._box
         producer = cursor.producer
         while not cursor.exhausted():
             seq = cursor.next
             if cursor.catching_up:
                 # Behind other consumers (at start, or after losing a claim): skip items
-                # already claimed without reading them.
-                if exists(box, claim_key(producer, seq)):
+                # already claimed without reading them, noting those not yet delivered.
+                current = self._claims.read(producer, seq)
+                if current is not None:
+                    self._undelivered.note(producer, seq, current[0])
                     cursor.next += 1
                     continue
                 cursor.catching_up = False
@@ -217,43 +275,17 @@ class MailboxConsumer(Consumer[Any]):
                 if cursor.end is None:
                     return None
                 continue  # the end arrived: the item exists now, or the producer is exhausted
-            if claim(box, claim_key(producer, seq), self.id):
+            held = self._claims.claim(producer, seq)
+            if held is not None:
                 cursor.next += 1
-                return data
-            # Another consumer is reading this producer too: skip ahead without reading,
-            # and let the caller try the next producer rather than race on this one.
+                return data, held
+            # Another consumer is reading this producer too: catch up by reading claims
+            # (this one first, to note its owner), and let the caller try the next producer
+            # rather than race on this one.
             self.stats.claims_lost += 1
-            cursor.next += 1
             cursor.catching_up = True
             return None
         return None
-
-    def _failure(self, producer: str, end: End) -> ProducerFailedError:
-        if end.status == "lost":
-            return ProducerLostError(
-                f"producer {producer!r} was lost after putting {end.count} item(s): its "
-                f"lease was not renewed for over {self._core.settings.lease}s (declared by "
-                f"{end.by}); did its process die?",
-                producer=producer,
-                items=end.count,
-            )
-        carried = end.error or CarriedError.from_record(None)
-        return ProducerFailedError.after(
-            producer, end.count, carried.type_name, carried.message, carried.traceback_text
-        )
-
-    def _watch(self, now: float) -> None:
-        """While idle: declare lost the producers whose lease stopped being renewed."""
-        settings = self._core.settings
-        for cursor in self._cursors:
-            if cursor.end is not None or now - cursor.checked < settings.heartbeat_interval:
-                continue
-            cursor.checked = now
-            cursor.lease = observed = self._producers.observe(cursor.producer)
-            if observed.state == "missing":
-                continue  # not registered yet: only stall_timeout applies
-            if observed.dead and self._producers.declare_lost(cursor.producer, self.id):
-                self._declare_lost(cursor)
 
     def _check_aborted(self) -> None:
         """Raise if the pipeline was aborted, or failed through another consumer."""
@@ -265,32 +297,14 @@ class MailboxConsumer(Consumer[Any]):
             end = End.read(self._box, end_key(producer))
             if end is not None and end.status != "done":
                 # Another consumer reached a failed producer: fail the same way.
-                raise self._failure(producer, end)
+                raise self._producers.failure(producer, end)
         raise PipelineAbortedError(f"the pipeline was aborted: {aborted.reason}")
 
-    def _declare_lost(self, cursor: _Cursor) -> None:
-        """Create the end record of a producer whose lease this consumer declared lost.
-
-        The lease was swapped to ``lost`` first, so the producer stops at its next renewal
-        or item; the count is the items stored by then. If the producer wrote its own end
-        meanwhile, that one stands (whoever creates the record first decides).
-        """
-        producer = cursor.producer
-        count = cursor.next
-        while exists(self._box, item_key(producer, count)):
-            count += 1
-        silent = self._core.settings.lease
-        lost = End("lost", count=count, by=self.id, token=None, silent_s=silent)
-        self._box.put_if_absent(end_key(producer), lost.to_bytes())
-        cursor.end = End.read(self._box, end_key(producer))
-
-    def _describe_unfinished(self) -> str:
-        parts = []
-        for cursor in self._cursors:
-            if cursor.end is not None:
-                continue
-            lease = cursor.lease
-            registered = lease is not None and lease.state != "missing"
-            state = "registered, renewing its lease" if registered else "not registered"
-            parts.append(f"{cursor.producer} ({state}, next item #{cursor.next})")
-        return ", ".join(parts)
+    def _describe_waits(self) -> str:
+        unfinished = self._producers.describe_unfinished()
+        waits = f"producers not finished: {unfinished}" if unfinished else ""
+        if self._undelivered:
+            undelivered = self._undelivered.describe()
+            waits += "; " if waits else ""
+            waits += f"items other consumers claimed and have not returned: {undelivered}"
+        return waits

@@ -32,7 +32,6 @@ from gradientmail.errors import (
     ProducerRegistrationError,
 )
 from gradientmail.patterns.claims import new_token
-from gradientmail.patterns.leases import Lease
 from gradientmail.patterns.pipeline.api import Producer
 from gradientmail.patterns.pipeline.records import (
     End,
@@ -81,14 +80,7 @@ class MailboxProducer(Producer[bytes]):
                 f"producer {producer_id!r} has already registered in {self._box.url}{by}; "
                 "each declared id registers once per run"
             )
-        settings = core.settings
-        self._lease = Lease(
-            self._box,
-            producer_lease_key(producer_id),
-            producer_id,
-            duration=settings.lease,
-            period=settings.heartbeat_interval,
-        )
+        self._lease = core.lease(producer_lease_key(producer_id), producer_id)
         self._lease.acquire()  # a fresh key: registration already made this id unique
         self._lease.start()
         self._lease_ended = False

@@ -17,6 +17,7 @@ from gradientmail.backends.options import positive
 from gradientmail.errors import ConfigurationError, InvalidKeyError, NotSupportedError
 from gradientmail.keys import validate_key
 from gradientmail.mailbox import Capability, Mailbox
+from gradientmail.patterns.leases import Lease
 from gradientmail.patterns.pipeline.api import Consumer, Decode, Producer, Transport
 from gradientmail.patterns.pipeline.mailbox_consumer import MailboxConsumer
 from gradientmail.patterns.pipeline.mailbox_producer import MailboxProducer
@@ -25,6 +26,7 @@ from gradientmail.patterns.pipeline.records import (
     MANIFEST_KEY,
     Aborted,
     Manifest,
+    consumer_lease_key,
     producer_keys,
 )
 
@@ -91,13 +93,16 @@ class MailboxTransport(Transport[bytes]):
         """Refuse up front a producer id whose keys the store would refuse mid-run."""
         for producer in self.declared:
             for key in producer_keys(producer):
-                try:
-                    validate_key(key, self.mailbox.max_key_bytes)
-                except InvalidKeyError as exc:
-                    raise ConfigurationError(
-                        f"producer id {producer!r} is too long for {self.mailbox.url}: "
-                        f"its key {key!r} breaks a key rule ({exc.rule})"
-                    ) from exc
+                self._check_key(key, "producer", producer)
+
+    def _check_key(self, key: str, what: str, name: str) -> None:
+        try:
+            validate_key(key, self.mailbox.max_key_bytes)
+        except InvalidKeyError as exc:
+            raise ConfigurationError(
+                f"{what} id {name!r} is too long for {self.mailbox.url}: its key {key!r} "
+                f"breaks a key rule ({exc.rule})"
+            ) from exc
 
     def _check_manifest(self) -> None:
         manifest = Manifest(self.declared, self.settings.capacity)
@@ -112,10 +117,18 @@ class MailboxTransport(Transport[bytes]):
                 "same producers and capacity (or use a new namespace for a new run)"
             )
 
+    def lease(self, key: str, holder: str) -> Lease:
+        """A producer's or consumer's lease, renewed every ``heartbeat_interval``."""
+        settings = self.settings
+        return Lease(
+            self.mailbox, key, holder, duration=settings.lease, period=settings.heartbeat_interval
+        )
+
     def producer(self, producer_id: str) -> Producer[bytes]:
         return MailboxProducer(self, producer_id)
 
     def consumer(self, consumer_id: str, decode: Decode | None) -> Consumer[Any]:
+        self._check_key(consumer_lease_key(consumer_id), "consumer", consumer_id)
         return MailboxConsumer(self, consumer_id, decode)
 
     def abort(self, reason: str) -> None:

@@ -7,7 +7,10 @@ Mailbox layout (one run per mailbox namespace; a new run uses a new URL)::
     producers/{id}/end          End: {status: done|failed|lost, count, error}, created once
     leases/producers/{id}       the producer's lease (gradientmail.patterns.leases.Lease)
     items/{id}/{seq}            the item's bytes, as put (put_if_absent)
-    claims/{id}/{seq}           ItemClaim: the consumer that took the item (claim, read back)
+    claims/{id}/{seq}           ItemClaim: the consumer that took the item (claim, read back),
+                                swapped to delivered when its next() returns the item, or
+                                taken over from a consumer that died before that
+    leases/consumers/{id}       a consumer's lease (gradientmail.patterns.leases.Lease)
     aborted                     Aborted: why the pipeline was stopped, if it was
 
 Every record is a JSON object, written by :func:`~gradientmail.patterns.claims.encode_record`
@@ -30,6 +33,10 @@ from gradientmail.patterns.workers import CarriedError
 
 __all__ = [
     "ABORTED_KEY",
+    "CLAIMED",
+    "CONSUMER_LEASES",
+    "DELIVERED",
+    "FAILED",
     "MANIFEST_KEY",
     "PRODUCER_LEASES",
     "Aborted",
@@ -39,6 +46,7 @@ __all__ = [
     "Record",
     "Registration",
     "claim_key",
+    "consumer_lease_key",
     "end_key",
     "exists",
     "item_key",
@@ -51,6 +59,8 @@ MANIFEST_KEY = "pipeline"
 ABORTED_KEY = "aborted"
 #: Producer ``p``'s lease is ``PRODUCER_LEASES + p`` (a prefix, as a LeaseWatcher takes).
 PRODUCER_LEASES = "leases/producers/"
+#: Consumer ``c``'s lease is ``CONSUMER_LEASES + c``.
+CONSUMER_LEASES = "leases/consumers/"
 #: Sequence numbers are zero-padded so that a producer's items list in order.
 SEQ_DIGITS = 12
 
@@ -68,6 +78,11 @@ def producer_lease_key(producer: str) -> str:
 def end_key(producer: str) -> str:
     """Where producer ``producer``'s :class:`End` lives."""
     return f"producers/{producer}/end"
+
+
+def consumer_lease_key(consumer: str) -> str:
+    """Where consumer ``consumer``'s lease lives."""
+    return CONSUMER_LEASES + consumer
 
 
 def item_key(producer: str, seq: int) -> str:
@@ -297,14 +312,49 @@ class Aborted(Record):
     producer: str | None = None
 
 
+#: An item claim's states: claimed (held, not yet returned by ``next()``), delivered
+#: (returned by the owner's ``next()``), failed (``next()`` raised the item's decode error in
+#: its place). Only a claimed item can be taken over.
+CLAIMED = "claimed"
+DELIVERED = "delivered"
+FAILED = "failed"
+_CLAIM_STATES = (CLAIMED, DELIVERED, FAILED)
+
+
 @dataclass(frozen=True)
 class ItemClaim(Record):
-    """Which consumer took an item: ``owner`` is the consumer id.
+    """Which consumer holds an item, and whether its ``next()`` has returned it.
 
-    Written by :func:`gradientmail.patterns.claims.claim` (the one claim mechanism, which
-    reads the claim back), so its fields are that function's.
+    Created by :func:`gradientmail.patterns.claims.claim_versioned` (the one claim
+    mechanism, which reads the claim back), so its first fields are that function's. The
+    owner swaps it to ``delivered`` (compare-and-swap) when its ``next()`` returns the item;
+    another consumer swaps a ``claimed`` one to itself when the owner died first.
     """
 
     owner: str
     token: str
     claimed_at: float
+    #: The owner's lease incarnation when it claimed (a restarted consumer id counts up).
+    incarnation: int
+    #: The owner's claim number: its claims and takeovers counted from 0 per incarnation.
+    #: An owner returns its items in this order.
+    n: int
+    #: How many of its claims the owner had delivered when it made this one: each claim of
+    #: this owner and incarnation numbered below it was delivered.
+    delivered_before: int
+    #: :data:`CLAIMED`, :data:`DELIVERED` or :data:`FAILED`.
+    state: str
+    #: The consumer this claim was taken over from, if it was.
+    taken_from: str | None = None
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> ItemClaim:
+        claim = super().from_fields(fields)
+        if claim.state not in _CLAIM_STATES:
+            raise ValueError(f"its state is {claim.state!r}, not one of {list(_CLAIM_STATES)}")
+        return claim
+
+    @property
+    def settled(self) -> bool:
+        """Whether the owner's ``next()`` returned the item (or its error): never taken over."""
+        return self.state != CLAIMED

@@ -43,6 +43,11 @@ class ConsumerStats(Stats):
     wake_latency: Latencies = field(default_factory=Latencies)
     #: Mailbox: claims lost to another consumer.
     claims_lost: int = 0
+    #: Mailbox: items taken over from consumers that died, were fenced or closed early
+    #: before returning them.
+    taken_over: int = 0
+    #: Mailbox: seconds ``next()`` spent recording deliveries (one ``put_if_match`` each).
+    deliver_s: float = 0.0
 
 
 @dataclass
