@@ -74,19 +74,32 @@ def all_items(logs: Path) -> Counter[tuple[str, int]]:
 # -- kill one, kill all, restart ----------------------------------------------------------------
 
 
-def kill_one_run(box: Mailbox, logs: Path, seed: int, count: int = 24) -> None:
-    """Four learners; SIGKILL one at a random point; the other three finish everything."""
+def kill_one_run(box: Mailbox, logs: Path, seed: int, count: int = 40) -> None:
+    """Four learners; SIGKILL one at a random point; the other three finish everything.
+
+    The victim is the first learner, in a random order, to have delivered a random number
+    of items (1 to 6): learners start at different times, so a learner chosen in advance
+    may finish its share before it could be killed, and the test would prove nothing.
+    """
     rng = random.Random(seed)
     names = [f"l{n}" for n in range(4)]
-    procs = {name: start(box, name, count, logs, lease=1.5, item_s=0.01) for name in names}
-    victim = rng.choice(names)
-    at = rng.randint(1, 8)
-    wait_until(lambda: delivered(logs, victim) >= at, 120, f"{victim} to deliver {at} items")
+    procs = {name: start(box, name, count, logs, lease=1.5, item_s=0.03) for name in names}
+    at = rng.randint(1, 6)
+    rng.shuffle(names)
+    victim = ""
+
+    def someone_reached() -> bool:
+        nonlocal victim
+        victim = next((n for n in names if delivered(logs, n) >= at), "")
+        return bool(victim)
+
+    wait_until(someone_reached, 120, f"a learner to deliver {at} items")
     os.kill(procs[victim].pid, signal.SIGKILL)
     for name, proc in procs.items():
         proc.join(timeout=180)
         if name != victim:
             assert proc.exitcode == 0, (name, proc.exitcode)
+    assert procs[victim].exitcode == -signal.SIGKILL, "the victim was killed, not finished"
     assert_completed_once(box, count)
     items = all_items(logs)
     assert set(items) == {(u, k) for u in units_of(count) for k in range(ITEMS_PER_UNIT)}
