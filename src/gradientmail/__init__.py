@@ -6,54 +6,28 @@ patterns load their dependencies when first used.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
+from gradientmail import errors as _errors
 from gradientmail.backends.base import BaseMailbox
-from gradientmail.errors import (
-    AccessDeniedError,
-    AtomicityViolationError,
-    BackendError,
-    BucketNotFoundError,
-    ConfigurationError,
-    EndpointUnreachableError,
-    GradientMailError,
-    InvalidDataError,
-    InvalidKeyError,
-    KeyNotFoundError,
-    LeaseLostError,
-    MissingDependencyError,
-    NotSupportedError,
-    OutcomeUnknownError,
-    TransientBackendError,
-    WorkerError,
-)
+from gradientmail.errors import *  # noqa: F403 - every error is public; errors.__all__ lists them
 from gradientmail.mailbox import Capability, Mailbox, SupportsCompareAndSwap, Version
 from gradientmail.session import Session
 from gradientmail.urls import from_url
 
-__version__ = "0.1.0"
+try:  # one source of truth: the version the package was installed with (pyproject.toml)
+    __version__ = _metadata.version("gradientmail")
+except _metadata.PackageNotFoundError:  # pragma: no cover - running from a bare source tree
+    __version__ = "0+unknown"
 
-__all__ = [
-    "AccessDeniedError",
-    "AtomicityViolationError",
-    "BackendError",
+__all__ = [  # the errors come from errors.__all__, so they are listed once
     "BaseMailbox",
-    "BucketNotFoundError",
     "Capability",
-    "ConfigurationError",
-    "EndpointUnreachableError",
-    "GradientMailError",
-    "InvalidDataError",
-    "InvalidKeyError",
-    "KeyNotFoundError",
-    "LeaseLostError",
     "Mailbox",
-    "MissingDependencyError",
-    "NotSupportedError",
-    "OutcomeUnknownError",
     "Session",
     "SupportsCompareAndSwap",
-    "TransientBackendError",
     "Version",
-    "WorkerError",
     "__version__",
     "from_url",
+    *_errors.__all__,
 ]

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gradientmail.errors import ConfigurationError
 from gradientmail.mailbox import Mailbox
@@ -192,48 +192,55 @@ class ProgressReporter(Protocol):
 _active = threading.local()
 
 
+def _stack(name: str) -> list[Any]:
+    """The calling thread's stack called ``name`` (created empty on first use)."""
+    stack: list[Any] | None = getattr(_active, name, None)
+    if stack is None:
+        stack = []
+        setattr(_active, name, stack)
+    return stack
+
+
+def _remove(name: str, item: object) -> None:
+    stack = _stack(name)
+    if item in stack:
+        stack.remove(item)
+
+
 def push_reporter(reporter: ProgressReporter) -> None:
     """Make ``reporter`` the innermost active reporter of the calling thread."""
-    stack: list[ProgressReporter] = getattr(_active, "stack", None) or []
-    stack.append(reporter)
-    _active.stack = stack
+    _stack("reporters").append(reporter)
 
 
 def pop_reporter(reporter: ProgressReporter) -> None:
     """Remove ``reporter`` from the calling thread's stack (if it is there)."""
-    stack: list[ProgressReporter] = getattr(_active, "stack", [])
-    if reporter in stack:
-        stack.remove(reporter)
+    _remove("reporters", reporter)
 
 
 def any_active_reporter() -> ProgressReporter | None:
     """The innermost reporter entered in this thread, whatever its learner id."""
-    stack: list[ProgressReporter] = getattr(_active, "stack", [])
+    stack: list[ProgressReporter] = _stack("reporters")
     return stack[-1] if stack else None
 
 
 def queue_entered(learner_id: str) -> None:
     """Note that a queue for ``learner_id`` runs in this thread (for identity warnings)."""
-    queues: list[str] = getattr(_active, "queues", None) or []
-    queues.append(learner_id)
-    _active.queues = queues
+    _stack("queues").append(learner_id)
 
 
 def queue_left(learner_id: str) -> None:
     """Undo :func:`queue_entered`."""
-    queues: list[str] = getattr(_active, "queues", [])
-    if learner_id in queues:
-        queues.remove(learner_id)
+    _remove("queues", learner_id)
 
 
 def active_queues() -> tuple[str, ...]:
     """Learner ids of the queues running in this thread, outermost first."""
-    return tuple(getattr(_active, "queues", ()))
+    return tuple(_stack("queues"))
 
 
 def active_reporter(learner_id: str) -> ProgressReporter | None:
     """The innermost reporter for ``learner_id`` entered in this thread, if any."""
-    stack: list[ProgressReporter] = getattr(_active, "stack", [])
+    stack: list[ProgressReporter] = _stack("reporters")
     for reporter in reversed(stack):
         if reporter.learner_id == learner_id:
             return reporter
