@@ -47,6 +47,12 @@ def bench_case2(args: argparse.Namespace) -> bool:
     ratio = result.wall / result.ideal
     print(f"case 2: {config.producers} generator processes → 1 trainer, {result.batches} batches")
     print(f"  trainer wait per batch: mean {mean * 1000:.2f} ms, p99 {result.p99() * 1000:.2f} ms")
+    batches = max(1, result.batches)
+    print(
+        f"  recording each delivery (one put_if_match, during the step): mean "
+        f"{result.deliver_s / batches * 1000:.2f} ms, of which the trainer waited "
+        f"{result.delivery_wait_s / batches * 1000:.2f} ms"
+    )
     print(
         f"  first batch wait {result.waits[0] * 1000:.0f} ms (its chunk took "
         f"{result.first_gen_time * 1000:.0f} ms to generate)"

@@ -159,6 +159,10 @@ class Result:
     first_gen_time: float = 0.0
     batches: int = 0
     samples: int = 0
+    #: seconds spent recording deliveries, in the background during the steps
+    deliver_s: float = 0.0
+    #: the part of it the trainer's next() waited for (included in ``waits``)
+    delivery_wait_s: float = 0.0
 
     @property
     def ideal(self) -> float:
@@ -198,6 +202,8 @@ def measure(config: case2.Config) -> Result:
             result.steps.append(time.perf_counter() - stepped)
             asked = time.perf_counter()
         result.wall = time.perf_counter() - began
+        result.deliver_s = chunks.stats.deliver_s
+        result.delivery_wait_s = chunks.stats.delivery_wait_s
         return result
 
     return case2.run(config, train)

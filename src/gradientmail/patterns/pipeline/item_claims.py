@@ -6,8 +6,9 @@ A mailbox consumer changes an item's claim (``claims/{producer}/{seq}``) only th
 * :meth:`ItemClaims.claim` creates the claim with ``put_if_absent`` and reads it back, so
   exactly one consumer wins a new item;
 * :meth:`ItemClaims.deliver` swaps the owner's claim to ``delivered`` with ``put_if_match``
-  against the version it holds, when ``next()`` returns the item. It fails if another
-  consumer took the item over first, and then the item is not returned;
+  against the version it holds, once ``next()`` has returned the item (in the background:
+  :class:`~gradientmail.patterns.pipeline.deliveries.DeliveryRecorder`). It fails if another
+  consumer took the item over first;
 * :meth:`ItemClaims.take_over` swaps a ``claimed`` claim whose owner died to this consumer,
   with ``put_if_match`` against the version that was read, so exactly one taker wins, and
   a delivered item is never taken over: delivering and taking over race on one version.
@@ -156,13 +157,13 @@ class ItemClaims:
         return Held(producer, seq, mine, new)
 
     def deliver(self, held: Held, *, failed: bool = False) -> None:
-        """Record that ``next()`` returns ``held``'s item (or, with ``failed``, its error).
+        """Record that ``next()`` returned ``held``'s item (or, with ``failed``, its error).
 
         Costs one ``put_if_match`` (a plain ``put`` without compare-and-swap).
 
         Raises:
-            LeaseLostError: another consumer took the item over (this one was declared lost,
-                or a newer incarnation with its id started); the item must not be returned.
+            LeaseLostError: another consumer took the item over first (this one was declared
+                lost, or a newer incarnation with its id started).
             OutcomeUnknownError: the store could not tell, three times, whether the write
                 landed.
         """
@@ -195,8 +196,9 @@ class ItemClaims:
         current = self.read(held.producer, held.seq)
         by = "another consumer" if current is None else repr(current[0].owner)
         return LeaseLostError(
-            f"consumer {self.owner!r} lost item {held.describe()} before returning it: "
-            f"{by} took it over, because this consumer's lease lapsed (was it paused?) or "
-            "a newer consumer with the same id started; it returns no further items",
+            f"consumer {self.owner!r} lost item {held.describe()} before its delivery was "
+            f"recorded: {by} took it over, because this consumer's lease lapsed (was it "
+            "paused, or cut off from the store?) or a newer consumer with the same id "
+            "started; that item may be delivered twice, and this consumer returns no more",
             learner=self.owner,
         )

@@ -6,9 +6,12 @@ thread (a :class:`~gradientmail.patterns.workers.Worker`) visits producers in tu
 next item, claims it (:class:`~gradientmail.patterns.pipeline.item_claims.ItemClaims`:
 ``put_if_absent``, then a read-back), applies ``decode`` and hands it to the loop through a
 :class:`~gradientmail.patterns.workers.HandoffBuffer` of ``prefetch`` items. An error
-travels through the same buffer, after the items before it. ``next()`` swaps the item's
-claim to ``delivered`` before returning it; if another consumer took the item over first
-(this one was paused past its lease), it raises ``LeaseLostError`` instead.
+travels through the same buffer, after the items before it. ``next()`` checks the lease
+(:meth:`~gradientmail.patterns.leases.Lease.ensure_fresh`) before returning an item, and
+then swaps the item's claim to ``delivered`` in the background
+(:class:`~gradientmail.patterns.pipeline.deliveries.DeliveryRecorder`); it returns the
+next item only once that record has landed. A consumer paused past its lease raises
+``LeaseLostError`` instead of returning an item.
 
 Claims of other consumers that the cursors pass undelivered are noted
 (:class:`~gradientmail.patterns.pipeline.takeover.Undelivered`). While it finds nothing
@@ -36,6 +39,7 @@ from gradientmail.errors import (
 )
 from gradientmail.patterns.leases import LeaseWatcher
 from gradientmail.patterns.pipeline.api import Consumer, Decode
+from gradientmail.patterns.pipeline.deliveries import DeliveryRecorder
 from gradientmail.patterns.pipeline.item_claims import Held, ItemClaims
 from gradientmail.patterns.pipeline.producer_watch import Cursor, ProducerWatch
 from gradientmail.patterns.pipeline.records import (
@@ -94,6 +98,9 @@ class MailboxConsumer(Consumer[Any]):
         self._lease.start()
         self._lease_ended = False
         self._claims = ItemClaims(self._box, consumer_id, self._lease.incarnation)
+        self._deliveries = DeliveryRecorder(
+            self._claims, self.stats, f"gradientmail-deliveries-{consumer_id}"
+        )
         self._undelivered = Undelivered(
             self._claims,
             LeaseWatcher(self._box, CONSUMER_LEASES, duration=settings.lease),
@@ -116,6 +123,11 @@ class MailboxConsumer(Consumer[Any]):
         entry, waited = self._buffer.get()
         self.stats.wait_s += waited
         self.stats.waits.add(waited)
+        try:
+            self._deliveries.wait()  # the item returned before this one is recorded
+        except BaseException:
+            self._stop("failed")
+            raise
         if entry is _END:
             self._stop("finished")
             raise StopIteration
@@ -126,23 +138,20 @@ class MailboxConsumer(Consumer[Any]):
             self._stop("failed")
             entry.reraise(f"the prefetch thread of pipeline consumer {self.id!r}")
         assert isinstance(entry, _Item)
-        self._deliver(entry)
         if entry.error is not None:
+            self._deliveries.record(entry.held, failed=True)  # raised in the item's place
             self._stop("failed")
             entry.error.reraise(f"the prefetch thread of pipeline consumer {self.id!r}")
-        self.stats.items += 1
-        return entry.value
-
-    def _deliver(self, entry: _Item) -> None:
-        """Swap the item's claim to delivered; after this no one else can take it over."""
-        start = time.perf_counter()
         try:
-            self._claims.deliver(entry.held, failed=entry.error is not None)
-        except BaseException:
+            # No one can take this item over for at least a quarter of the lease after
+            # this, far longer than recording its delivery takes.
+            self._lease.ensure_fresh()
+        except LeaseLostError:
             self._stop("failed")
             raise
-        finally:
-            self.stats.deliver_s += time.perf_counter() - start
+        self._deliveries.record(entry.held)
+        self.stats.items += 1
+        return entry.value
 
     def close(self) -> None:
         """Stop taking items; hand the items claimed and not returned to the others.
@@ -152,12 +161,21 @@ class MailboxConsumer(Consumer[Any]):
         self._stop("released")
 
     def _stop(self, state: str) -> None:
+        """Stop the threads, let the last delivery record land, then end the lease.
+
+        Raises:
+            LeaseLostError: the last item's record lost to a takeover (see ``next()``).
+            BackendError: that record, or ending the lease, failed.
+        """
         self._done = True
         self._buffer.close()  # wakes the prefetch thread if it waits for room
         self._worker.stop()
+        error = self._deliveries.close()
         if not self._lease_ended:
             self._lease_ended = True
-            self._lease.end(state)
+            self._lease.end(state if error is None else "failed")
+        if error is not None:
+            raise error
 
     # -- the prefetch thread ------------------------------------------------------------
 

@@ -46,8 +46,12 @@ class ConsumerStats(Stats):
     #: Mailbox: items taken over from consumers that died, were fenced or closed early
     #: before returning them.
     taken_over: int = 0
-    #: Mailbox: seconds ``next()`` spent recording deliveries (one ``put_if_match`` each).
+    #: Mailbox: seconds spent recording deliveries (one ``put_if_match`` per item), in the
+    #: background while the loop works on the item.
     deliver_s: float = 0.0
+    #: Mailbox: the part of that ``next()`` waited for (when a step was shorter than the
+    #: record of the item before it).
+    delivery_wait_s: float = 0.0
 
 
 @dataclass
