@@ -23,11 +23,22 @@ layout, the costs, and why the simpler protocols fail):
 * **Exactly once.** Every item put is returned by exactly one consumer. Over a mailbox each
   item is claimed with ``put_if_absent`` and the claim is read back, so a store that lets
   two claimants win raises ``AtomicityViolationError`` instead of delivering twice.
+* **When a consumer dies** (over a mailbox): an item its ``next()`` returned is its own and
+  is not delivered again, except possibly the last one, whose delivery is recorded (one
+  ``put_if_match`` on its claim) while the loop works on it; a consumer that dies within
+  that round trip may see that one item go to another consumer too. Items it had only
+  prefetched go to the other consumers, which take them over with compare-and-swap once its
+  lease (:mod:`gradientmail.patterns.leases`) lapses, or at once when it was closed early. A
+  consumer paused past its lease raises ``LeaseLostError`` instead of returning an item
+  (naming the one item that may have gone twice, if any). ``docs/pipeline.md`` has the
+  details; without compare-and-swap, the others raise ``PipelineError`` naming a dead
+  consumer's undelivered items instead of losing them.
 * **A declared, closed set of producers.** ``producers=`` names every producer up front; an
   undeclared or second registration raises :class:`ProducerRegistrationError`.
 * **Consumers stop only at the end**: when every declared producer has finished (``done``,
-  ``fail`` or leaving its ``with`` block) *and* every item has been taken, never earlier,
-  and never a hang after it.
+  ``fail`` or leaving its ``with`` block) *and* every item has been taken (over a mailbox:
+  returned by some consumer's ``next()``), never earlier, and never a hang after it. Close
+  a consumer you stop iterating (``with``), or the others wait for its prefetched items.
 * **Backpressure.** ``capacity`` bounds the items put and not yet taken (over a mailbox,
   ``ceil(capacity / len(producers))`` per producer).
 * **Failures arrive after the items before them.** A producer's exception reaches a
