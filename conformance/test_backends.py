@@ -172,13 +172,19 @@ class TestFileBaseClass(MailboxConformance):
 @pytest.mark.emulator
 @pytest.mark.slow
 def test_atomic_emulator_passes_at_bound_0_001(request: pytest.FixtureRequest) -> None:
-    """GCS (fake-gcs-server): 2995 contested keys, threads and processes; 89 s measured."""
+    """GCS (fake-gcs-server): 2995 contested keys, shared by threads and processes.
+
+    Eight threads rather than sixteen halve the requests per key and leave the bound as it
+    is (it counts keys, not racers). Measured on 2 cores shared with other jobs (load ~15):
+    147 s with 8 threads, 266 s with 16; with 16 on a quiet machine, 89 s.
+    """
     rig: Rig = request.getfixturevalue("rig_gcs")
-    done, failed = _run(rig, _url(rig), "--only", "race-threads,race-processes", "--bound", "0.001")
+    args = ("--only", "race-threads,race-processes", "--bound", "0.001", "--threads", "8")
+    done, failed = _run(rig, _url(rig), *args)
     lines = done.stdout.splitlines()
     assert failed == set(), done.stdout
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2995 contested keys (1498 by up to 16 threads, 1497 by up to 4 processes)" in lines[1]
+    assert "2995 contested keys (1498 by up to 8 threads, 1497 by up to 4 processes)" in lines[1]
     assert re.search(
-        r"0 double winners in (\d{4,}) contested keys, so .* more than 0\.1 %", lines[-1]
+        r"0 double winners in \d{4,} contested keys, so .* more than 0\.1 %", lines[-1]
     )
