@@ -26,6 +26,7 @@ from gradientmail.patterns.pipeline import (
     ProducerFailedError,
     ProducerRegistrationError,
 )
+from gradientmail.patterns.pipeline.records import ItemClaim, claim_key
 from tests.pipeline_workers import (
     FAST,
     JOIN,
@@ -224,6 +225,11 @@ def test_decode_runs_ahead_and_its_errors_arrive_after_earlier_items(rig: Rig) -
     assert isinstance(caught.value.__cause__, ValueError)
     assert "cannot decode item 2" in caught.value.worker_traceback
     assert set(consumer_threads) == {"gradientmail-consumer-c"}, "decoded in the prefetch thread"
+    # The error was raised in the item's place: it counts as delivered, so no other consumer
+    # is handed the same undecodable item.
+    claim = ItemClaim.read(from_url(url, **(rig.options or {})), claim_key("a", 2))
+    assert claim is not None
+    assert claim.state == "failed"
 
 
 def test_abort_reaches_a_busy_consumer(rig: Rig) -> None:
