@@ -1,21 +1,24 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - create .venv, install, run the demo on a file:// store in a temp dir
 #   make test   - create .venv, install everything (emulators too), lint, type-check, run
-#                 the whole test suite; the tests start and stop every emulator they need
+#                 the whole test suite; the tests start and stop every emulator they need,
+#                 and tests/test_packaging.py builds the wheel and installs it in a fresh venv
+#   make wheel-check - only that packaging check (about half a minute)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Installs are constrained by constraints/ci.txt, which pins torch exactly: an unpinned torch
-# pulls a multi-GB CUDA build. (The package itself only asks for torch>=2.13.)
+# Every install here, pip's own included, is constrained by constraints/ci.txt: the exact
+# versions CI was last green with, torch's CPU wheel among them (an unpinned torch pulls a
+# multi-GB CUDA build). The package itself only sets floors (torch>=2.13 and so on).
 CONSTRAINTS := constraints/ci.txt
 AZURITE := azurite@3.35.0
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast wheel-check lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) --upgrade pip
 
 $(VENV)/.demo-installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[torch,plot]"
@@ -43,8 +46,11 @@ test: lint .emulators/node_modules/.bin/azurite-blob
 test-fast: $(VENV)/.test-installed .emulators/node_modules/.bin/azurite-blob
 	$(BIN)/python -m pytest -m "not slow"
 
+wheel-check: $(VENV)/.test-installed
+	$(BIN)/python -m pytest tests/test_packaging.py
+
 bench: $(VENV)/.test-installed
 	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .emulators .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .emulators .pytest_cache .mypy_cache .ruff_cache src/gradientmail.egg-info
