@@ -153,6 +153,20 @@ def test_missing_conformance_extra_is_inconclusive_not_unsafe(tmp_path: Path) ->
     assert "--only stateful-model,race-threads,race-processes" in lines[-1]
 
 
+def test_missing_store_extra_is_inconclusive_with_the_pip_line() -> None:
+    code = (
+        "import sys; sys.modules['boto3'] = sys.modules['botocore'] = None; "
+        "from gradientmail.cli import main; sys.exit(main(['conformance', *sys.argv[1:]]))"
+    )
+    done, _ = cli(f"s3://my-bucket/tmp?endpoint_url=http://127.0.0.1:{closed_port()}", code=code)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert lines[0].startswith("INCONCLUSIVE  cannot test s3://my-bucket/tmp: the s3 extra is")
+    assert lines[0].endswith("Fix: pip install 'gradientmail[s3]'")
+    assert lines[-1].startswith("verdict: INCONCLUSIVE: nothing was tested, because the s3 extra")
+    assert "NOT safe" not in done.stdout
+
+
 # -- a store that dies mid-run -------------------------------------------------------------------
 
 

@@ -28,11 +28,10 @@ from gradientmail.conformance.properties import (
     SuiteOptions,
     select_properties,
 )
-from gradientmail.conformance.report import EXIT_STATUS, Verdict
-from gradientmail.conformance.runner import check_store, resolve_seed
-from gradientmail.conformance.workspace import below, fresh_segment, remove_workspace
+from gradientmail.conformance.runner import check_store, not_tested, resolve_seed
+from gradientmail.conformance.workspace import Workspace, below
 from gradientmail.errors import MissingDependencyError
-from gradientmail.urls import from_url, redact
+from gradientmail.urls import redact
 
 __all__ = ["add_arguments", "below", "run"]
 
@@ -127,28 +126,25 @@ def run(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, flush=True)
 
-    segment = fresh_segment()
-    url = below(args.url, segment)
     try:
-        box = from_url(url)
+        workspace = Workspace.open(args.url)
     except MissingDependencyError as exc:
-        say(f"INCONCLUSIVE  cannot test {redact(url)}: {diagnose(exc, 'opening the store')}")
-        say("verdict: INCONCLUSIVE: nothing was tested. Install the extra and run it again.")
-        return EXIT_STATUS[Verdict.INCONCLUSIVE]
+        untested = not_tested(redact(args.url), options, diagnose(exc, "opening the store"))
+        for line in untested.lines():
+            say(line)
+        return untested.exit_status
     mode = "quick" if options.quick else "full"
     say(
-        f"gradientmail conformance {box.url} ({mode} run, seed {options.seed}, "
+        f"gradientmail conformance {workspace.box.url} ({mode} run, seed {options.seed}, "
         f"up to {options.threads} threads and {options.processes} processes per race)"
     )
     report = None
     try:
-        report = check_store(box, options, properties, say=say, estimate=args.bound is not None)
+        report = check_store(
+            workspace.box, options, properties, say=say, estimate=args.bound is not None
+        )
     finally:
-        # A store that cannot be reached, or stopped answering, is not asked to delete.
-        answering = report is not None and report.problem is None and report.stopped is None
-        warning = remove_workspace(box, segment, delete_keys=answering)
-        if report is not None and report.stopped is not None:
-            warning = f"warning: keys this run wrote may remain under {box.url}"
+        warning = workspace.close(report)
         if warning is not None:
             say(warning)
     say(report.verdict())

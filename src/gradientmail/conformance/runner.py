@@ -30,7 +30,7 @@ from gradientmail.conformance.context import (
 )
 from gradientmail.conformance.plan import RacePlan, estimate_seconds, plan_races
 from gradientmail.conformance.power import keys_for_bound
-from gradientmail.conformance.preflight import preflight
+from gradientmail.conformance.preflight import Problem, preflight
 from gradientmail.conformance.properties import PROPERTIES
 from gradientmail.conformance.report import Outcome, Result, SuiteReport
 from gradientmail.errors import BackendError, GradientMailError, MissingDependencyError
@@ -40,6 +40,7 @@ __all__ = [
     "check_store",
     "delete_all",
     "missing_modules",
+    "not_tested",
     "resolve_seed",
     "run_property",
     "run_suite",
@@ -224,6 +225,12 @@ def _next_result(
     return result
 
 
+def not_tested(url: str, options: SuiteOptions, problem: Problem) -> SuiteReport:
+    """The report of a run that could not test the store at all: INCONCLUSIVE, once."""
+    line = f"INCONCLUSIVE  cannot test {url}: {problem}"
+    return SuiteReport(url, options, problem=problem, notes=[line])
+
+
 def check_store(
     box: Mailbox,
     options: SuiteOptions,
@@ -244,8 +251,10 @@ def check_store(
     properties = list(properties)
     problem = preflight(box)
     if problem is not None:
-        say(f"INCONCLUSIVE  cannot test {box.url}: {problem}")
-        return SuiteReport(box.url, options, problem=problem)
+        report = not_tested(box.url, options, problem)
+        for line in report.notes:
+            say(line)
+        return report
     missing = missing_modules(properties)
     notes = []
     if missing:

@@ -1,9 +1,9 @@
 """The run's own workspace: a fresh prefix below the user's URL, removed when the run ends.
 
-``gradientmail conformance URL`` never touches keys it did not write: it opens
-:func:`below` ``URL`` a segment from :func:`fresh_segment` that no one else uses, and
-:func:`remove_workspace` deletes every key under it afterwards (and, for a local directory,
-the directory the run created).
+``gradientmail conformance URL`` never touches keys it did not write: it opens a
+:class:`Workspace`, :func:`below` ``URL`` a segment from :func:`fresh_segment` that no one
+else uses, and closes it afterwards, which deletes every key under it (and, for a local
+directory, the directory the run created).
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ import os
 import shutil
 import time
 import uuid
+from dataclasses import dataclass
 
+from gradientmail.conformance.report import SuiteReport
 from gradientmail.conformance.runner import delete_all
 from gradientmail.errors import GradientMailError
 from gradientmail.mailbox import Mailbox
+from gradientmail.urls import from_url
 
-__all__ = ["below", "fresh_segment", "remove_workspace"]
+__all__ = ["Workspace", "below", "fresh_segment", "remove_workspace"]
 
 
 def below(url: str, segment: str) -> str:
@@ -55,3 +58,34 @@ def remove_workspace(box: Mailbox, segment: str, *, delete_keys: bool = True) ->
             close()
         shutil.rmtree(path, ignore_errors=True)
     return None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A mailbox on a fresh prefix below the user's URL, for one run."""
+
+    box: Mailbox
+    segment: str
+
+    @classmethod
+    def open(cls, url: str) -> Workspace:
+        """Open ``url`` below a fresh segment.
+
+        Raises:
+            ConfigurationError: a bad URL or option (``MissingDependencyError`` for a
+                missing extra), from ``from_url``.
+        """
+        segment = fresh_segment()
+        return cls(from_url(below(url, segment)), segment)
+
+    def close(self, report: SuiteReport | None) -> str | None:
+        """Delete what the run wrote; return a warning for the report, or ``None``.
+
+        A store that could not be tested, or stopped answering (``report``), is not asked:
+        it would only wait for timeouts.
+        """
+        if report is not None and report.stopped is not None:
+            remove_workspace(self.box, self.segment, delete_keys=False)
+            return f"warning: keys this run wrote may remain under {self.box.url}"
+        answering = report is None or report.problem is None
+        return remove_workspace(self.box, self.segment, delete_keys=answering)
