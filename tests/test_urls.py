@@ -58,6 +58,7 @@ def test_public_names_are_curated() -> None:
             "WorkerError",
             "__version__",
             "from_url",
+            "learner_id",
         ]
     )
     for name in gradientmail.__all__:

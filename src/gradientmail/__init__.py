@@ -1,19 +1,28 @@
 """gradientmail: coordinate training nodes through the object store you already have.
 
 Public names only. ``import gradientmail`` imports no cloud SDK and no torch: backends and
-patterns load their dependencies when first used.
+patterns load their dependencies when first used (``gradientmail.torch``, the DataLoader
+adapter, imports torch and is never imported from here).
+
+Logging goes to ``logging.getLogger("gradientmail")`` and its children (one per module).
+That logger carries a ``NullHandler``, so the library prints nothing until the application
+configures logging.
 """
 
 from __future__ import annotations
 
+import logging as _logging
 from importlib import metadata as _metadata
 
 from gradientmail import errors as _errors
 from gradientmail.backends.base import BaseMailbox
 from gradientmail.errors import *  # noqa: F403 - every error is public; errors.__all__ lists them
+from gradientmail.identity import learner_id
 from gradientmail.mailbox import Capability, Mailbox, SupportsCompareAndSwap, Version
 from gradientmail.session import Session
 from gradientmail.urls import from_url
+
+_logging.getLogger("gradientmail").addHandler(_logging.NullHandler())
 
 try:  # one source of truth: the version the package was installed with (pyproject.toml)
     __version__ = _metadata.version("gradientmail")
@@ -29,5 +38,6 @@ __all__ = [  # the errors come from errors.__all__, so they are listed once
     "Version",
     "__version__",
     "from_url",
+    "learner_id",
     *_errors.__all__,
 ]
