@@ -7,7 +7,9 @@ Order of preference, each time the buffer has room:
 3. when none is free: units that were released, or whose owner's lease expired, taken
    over with compare-and-swap. While units are claimed but not done and none can be taken,
    the thread keeps watching, once per renewal period, and ends only when every unit is
-   done. So a learner that dies last still has its units finished by someone.
+   done. So a learner that dies last still has its units finished by someone. With
+   ``wait_for_others=False`` it ends instead (lockstep training: a rank waiting here for
+   data while another waits for it in a collective would deadlock).
 
 Without compare-and-swap, step 1 and 3 do not exist: claims are permanent and the thread
 ends when no unit is free.
@@ -151,6 +153,10 @@ class _LoadFailed(Exception):
 
 _WAIT = object()
 
+#: Claims lost in a row before the view is refreshed by a listing; until then a learner that
+#: loses jumps to another point of its view, which costs one create and no listing.
+PROBES_BEFORE_LISTING = 4
+
 
 class ClaimLoop:
     """The loader thread's work: claim, take over, load into ``buffer``.
@@ -173,6 +179,7 @@ class ClaimLoop:
         stats: QueueStats,
         reporter: ProgressReporter | None,
         closing: threading.Event,
+        wait_for_others: bool = True,
     ) -> None:
         self.units = units
         self.view = view
@@ -185,6 +192,9 @@ class ClaimLoop:
         self.stats = stats
         self.reporter = reporter
         self.closing = closing
+        self.wait_for_others = wait_for_others
+        #: ``True`` when the thread ended while other learners still held unfinished units.
+        self.others_unfinished = False
         self.learner = claims.learner_id
         self.watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=lease.duration)
         # While waiting for others to finish, look again after 100 ms, doubling up to one
@@ -195,6 +205,8 @@ class ClaimLoop:
         self.done_seen = -1
         self.own: list[tuple[str, ClaimRecord, Version]] = []
         self.refreshed = True
+        self.losses = 0  # claims lost in a row since the last listing
+        self.known: dict[str, tuple[ClaimRecord, Version]] = {}  # open claims, read once
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -229,8 +241,8 @@ class ClaimLoop:
         ids = self.view.position
         self.stats.units_done_before = sum(1 for ident in scan.done if ident in ids)
         self.view.mark(scan.claimed)
-        if not self.claims.cas:
-            return
+        if not self.claims.cas or self.claims.incarnation <= 1:
+            return  # no earlier incarnation of this learner: nothing of ours to take back
         mine = [ident for ident in scan.open if ident in ids]
         for ident, (record, version) in self.claims.read_all(mine).items():
             if record.owner == self.learner and UnitClaims.state(record) not in (DONE,):
@@ -258,15 +270,25 @@ class ClaimLoop:
                     self.stats.claim_latency.add(time.perf_counter() - began)
                     view.next = p + 1
                     self.refreshed = False
+                    self.losses = 0
                     return self.hold(held, reclaimed=False)
+                # Lost: another learner was there first. Jump elsewhere in the largest run
+                # believed free (a point drawn from this learner's own seed) and try again;
+                # only a streak of losses means the view is too stale, and costs a listing.
                 self.stats.conflicts_lost += 1
-                self.refresh()
+                self.losses += 1
+                if self.losses >= PROBES_BEFORE_LISTING:
+                    self.refresh()
+                    self.losses = 0
                 view.spread()
                 continue
             if not self.refreshed:
                 self.refresh()
                 continue
             found = self.reclaim()
+            if found is _WAIT and not self.wait_for_others:
+                self.others_unfinished = True
+                return None
             if found is _WAIT:
                 self.closing.wait(self.backoff.next())  # a polling period, not a sync
                 continue
@@ -312,30 +334,47 @@ class ClaimLoop:
         waiting = [ident for ident in scan.open if ident in ids and ident not in mine]
         if not waiting or not self.claims.cas:
             return None
-        by_owner: dict[str, list[tuple[str, ClaimRecord, Version]]] = {}
-        for ident, (record, version) in self.claims.read_all(waiting).items():
+        # Each open claim is read once and remembered: its owner only changes by a takeover
+        # or a release, and both show in the owner's lease, which is watched every poll.
+        open_now = set(waiting)
+        for ident in [i for i in self.known if i not in open_now]:
+            del self.known[ident]
+        self.known.update(self.claims.read_all(i for i in waiting if i not in self.known))
+        by_owner: dict[str, list[str]] = {}
+        for ident in waiting:
+            if ident not in self.known:
+                continue
+            record = self.known[ident][0]
             state = UnitClaims.state(record)
             if state == DONE:
                 self.claims.finish_done_claim(ident)
             elif state == RELEASED or self.is_earlier_self(record):
-                held = self.claims.take_over(ident, record, version)
+                held = self.take_over(ident)
                 if held is not None:
-                    self.stats.units_reclaimed += 1
-                    return self.hold(held, reclaimed=True)
+                    return held
             else:
-                by_owner.setdefault(record.owner, []).append((ident, record, version))
+                by_owner.setdefault(record.owner, []).append(ident)
         for owner, claimed in sorted(by_owner.items()):
             if owner == self.learner:
                 continue
             observed = self.watcher.observe(owner)
             if not observed.dead or not self.watcher.declare_lost(owner, self.learner):
                 continue
-            for ident, record, version in claimed:
-                held = self.claims.take_over(ident, record, version)
+            for ident in claimed:
+                held = self.take_over(ident)
                 if held is not None:
-                    self.stats.units_reclaimed += 1
-                    return self.hold(held, reclaimed=True)
+                    return held
         return _WAIT
+
+    def take_over(self, ident: str) -> Held | None:
+        """Take over a remembered open claim; on a lost swap, forget it and look soon."""
+        record, version = self.known.pop(ident)
+        held = self.claims.take_over(ident, record, version)
+        if held is None:
+            self.backoff.reset()  # it changed (released, or taken): read it again soon
+            return None
+        self.stats.units_reclaimed += 1
+        return self.hold(held, reclaimed=True)
 
     def is_earlier_self(self, record: ClaimRecord) -> bool:
         incarnation = record.extra.get("incarnation")
