@@ -109,19 +109,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: Options that are :class:`SuiteOptions` fields of the same name, passed on unchanged.
+_PASSED_ON = ("threads", "processes", "seed", "quick", "race_keys", "bound")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the suite and print the report; the exit status is the verdict's."""
     properties = select_properties(args.only)
-    options = resolve_seed(
-        SuiteOptions(
-            threads=args.threads,
-            processes=args.processes,
-            seed=args.seed,
-            quick=args.quick,
-            race_keys=args.race_keys,
-            bound=args.bound,
-        )
-    )
+    options = resolve_seed(SuiteOptions(**{name: getattr(args, name) for name in _PASSED_ON}))
 
     def say(line: str) -> None:
         print(line, flush=True)
