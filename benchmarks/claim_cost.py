@@ -2,8 +2,9 @@
 
 Each learner is a thread with its own counting wrapper (:class:`CountingMailbox`) around its
 own handle on one ``file://`` directory, and a no-op loader (one item per unit), so claiming
-and completing are all there is. Leases are on (compare-and-swap is declared by
-``file://``), with the default duration unless ``--lease`` says otherwise.
+and completing are all there is (``--unit-ms`` makes each learner spend that long per unit,
+as training would). Leases are on (compare-and-swap is declared by ``file://``), with the
+default duration unless ``--lease`` says otherwise.
 
 Every request the learners send is counted by method and by the kind of key it names, and
 reported per unit:
@@ -15,7 +16,9 @@ reported per unit:
 ``swap``
     the completion's ``put_if_match`` moving the claim to ``done``.
 ``done-rec``
-    the completion record, ``put_if_absent`` on ``done/{id}``.
+    the completion record, ``put_if_absent`` on ``done/{id}``; above 1 when a waiting
+    learner read a claim already swapped to ``done`` before its record existed, and created
+    the record itself (its owner's create then loses).
 ``lease-w`` / ``lease-r``
     writes on ``leases/...`` (create, renewals every ``lease / 3``, the final state, a
     declaration of loss) and reads of them (the version read after creating, watching
@@ -29,16 +32,19 @@ reported per unit:
     and ``waiting`` (the scans of a learner that found nothing free and waits for the
     others to finish: one listing of ``units/`` followed by one of ``done/``).
 
-Goal (the completion design): exactly 4 requests per unit (create, read-back, swap,
-done-rec), plus lost creates and listing; and at most 0.1 *lease-related* extra requests per
-unit at 10k units: ``lease-w + lease-r + claim-r + waiting pages``, all of which exist only
-because learners watch each other. Renewals are per learner, not per unit, so their share
-falls as units grow; waiting scans list every key of the run, so their share does not.
+Goal (the completion design): exactly 4 requests per unit (``core``: the won create,
+read-back, swap, one done-rec), plus lost creates and listing; and at most 0.1
+*lease-related* extra requests per unit at 10k units (``extra``: ``lease-w + lease-r +
+claim-r + waiting pages + (done-rec - 1)``), all of which exist only because learners watch
+each other and take over. Renewals are per learner, not per unit, so their share falls as
+units grow; a waiting scan lists every key of the run and reads every open claim, so its
+cost grows with the run and with the completions still to be recorded.
 
 The last line keeps the flatness check: total time at 100k units / total time at 10k (10x
 the units; linear is 10x).
 
-Run: ``python benchmarks/claim_cost.py [--sizes 1000,10000,100000] [--lease S] [--fsync]``
+Run: ``python benchmarks/claim_cost.py [--sizes 1000,10000,100000] [--lease S] [--unit-ms MS]
+[--fsync]``
 (``fsync`` is off by default so the figures measure the protocol, not the disk.)
 """
 
@@ -179,7 +185,7 @@ class CountingMailbox:
         return claiming, waiting
 
 
-def run(size: int, fsync: bool, lease: float) -> dict[str, Any]:
+def run(size: int, fsync: bool, lease: float, unit_s: float = 0.0) -> dict[str, Any]:
     root = tempfile.mkdtemp(prefix="gm-claim-cost-")
     url = f"file://{root}?fsync={'true' if fsync else 'false'}"
     units = {f"u{i:07d}": i for i in range(size)}
@@ -200,6 +206,8 @@ def run(size: int, fsync: bool, lease: float) -> dict[str, Any]:
             ) as items:
                 for _ in items:
                     claimed[n] += 1
+                    if unit_s:
+                        time.sleep(unit_s)  # "training" the unit
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 
@@ -233,8 +241,16 @@ def run(size: int, fsync: bool, lease: float) -> dict[str, Any]:
         "pages-claiming": sum(p[0] for p in pages) / size,
         "pages-waiting": sum(p[1] for p in pages) / size,
     }
-    r["core"] = r["read-back"] + r["swap"] + r["done-rec"] + won / size
-    r["extra"] = r["lease-w"] + r["lease-r"] + r["claim-r"] + r["pages-waiting"]
+    # Each unit's first completion record is core; more creates of it are repairs by
+    # waiting learners that read a claim already swapped to done before its record existed.
+    r["core"] = r["read-back"] + r["swap"] + min(r["done-rec"], 1.0) + won / size
+    r["extra"] = (
+        r["lease-w"]
+        + r["lease-r"]
+        + r["claim-r"]
+        + r["pages-waiting"]
+        + max(0.0, r["done-rec"] - 1.0)
+    )
     accounted = (
         creates
         + claim_reads
@@ -268,10 +284,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--lease", type=float, default=DEFAULT_LEASE, help="lease seconds")
     parser.add_argument("--fsync", action="store_true", help="fsync every claim (slower)")
+    parser.add_argument(
+        "--unit-ms", type=float, default=0.0, help="milliseconds each learner spends per unit"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(
-        f"{LEARNERS} learner threads, no-op loader, file:// (fsync {args.fsync}), "
+        f"{LEARNERS} learner threads, one item per unit, {args.unit_ms:g} ms of training a unit, "
+        f"file:// (fsync {args.fsync}), "
         f"lease {args.lease:g} s (renewed every {args.lease / 3:g} s); requests per unit:"
     )
     names = {"pages-claiming": "pg-claim", "pages-waiting": "pg-wait"}
@@ -282,7 +302,7 @@ def main() -> None:
     )
     results = {}
     for size in sizes:
-        r = run(size, args.fsync, args.lease)
+        r = run(size, args.fsync, args.lease, args.unit_ms / 1000)
         results[size] = r
         print(
             f"{size:>7} "
@@ -291,10 +311,13 @@ def main() -> None:
             f" {r['seconds'] / size * 1e6:>8.1f}  {r['spread'][0]}-{r['spread'][1]}"
         )
     print(
-        "core = create won + read-back + swap + done-rec: goal exactly 4 (lost creates and "
-        "listing on top)"
+        "core = create won + read-back + swap + first done-rec: goal exactly 4 (lost creates "
+        "and listing on top)"
     )
-    print("extra = lease-w + lease-r + claim-r + pg-wait (lease-related): goal <= 0.1 at 10k units")
+    print(
+        "extra = lease-w + lease-r + claim-r + pg-wait + (done-rec - 1), lease-related: "
+        "goal <= 0.1 at 10k units"
+    )
     if 10_000 in results:
         extra = results[10_000]["extra"]
         verdict = "met" if extra <= 0.1 else "MISSED"
