@@ -25,20 +25,30 @@ Guarantees
     * Leaving publishes a final record: state ``finished``, or ``failed`` with the error's
       type when the block raised. The publisher thread has ended when ``__exit__`` returns.
     * A failing publish never interrupts training: the error is kept in
-      :attr:`Session.publish_error` and the next period tries again. The final publish on
-      exit raises if it fails, unless the block is already raising.
+      :attr:`Session.publish_error`, logged as a WARNING on the ``gradientmail.session``
+      logger, and the next period tries again. The final publish on exit raises if it
+      fails, unless the block is already raising.
+    * **Data wait.** The record carries ``data_wait_s``: the seconds the training loop spent
+      waiting for data, which ``gradientmail status`` shows as "data wait %" of the
+      learner's time. A ``shared_queue`` reporting to this session adds the time its
+      consumer blocked in ``next()``; :meth:`Session.timed` measures a loop over any
+      iterable instead (a DataLoader with workers, whose queues run in other processes).
+      A high figure means the GPU is starving.
 
 The record is JSON; its fields are described in :mod:`gradientmail.status`.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import warnings
+from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
+from gradientmail.backends.options import redact
 from gradientmail.errors import BackendError, ConfigurationError
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Mailbox
@@ -55,6 +65,10 @@ __all__ = ["LEARNERS_PREFIX", "Session", "active_session"]
 
 #: Weight of the newest period in the smoothed samples-per-second rate.
 RATE_SMOOTHING = 0.5
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def active_session(learner_id: str) -> Session | None:
@@ -75,6 +89,7 @@ class Session:
         steps: steps counted by :meth:`step`.
         samples: samples counted by :meth:`step`.
         publish_error: the last error a periodic publish raised, or ``None``.
+        data_wait_s: seconds the training loop waited for data (see :meth:`timed`).
     """
 
     def __init__(self, mailbox: Mailbox, learner_id: str, *, publish_every: float = 5.0) -> None:
@@ -89,6 +104,8 @@ class Session:
         self.steps = 0
         self.samples = 0
         self.publish_error: BaseException | None = None
+        self.data_wait_s = 0.0
+        self._timing = False  # inside timed(): its own measurement includes the queue's wait
         self._lock = threading.Lock()  # guards units and the published snapshot
         # id → [claimed, started, finished, items, reclaimed]
         self._units: dict[str, list[Any]] = {}
@@ -99,7 +116,7 @@ class Session:
         self._finished_at: float | None = None
         self._rate = 0.0
         self._rate_mark: tuple[float, int] | None = None  # (monotonic, samples) at last publish
-        self._last_published: tuple[int, int, int, int, str] | None = None
+        self._last_published: tuple[int, int, int, int, str, float] | None = None
         self._stop = threading.Event()
         self._publisher: threading.Thread | None = None
 
@@ -109,6 +126,38 @@ class Session:
         """Count one training step of ``samples`` samples. No store call, no lock."""
         self.steps += 1
         self.samples += samples
+
+    def data_waited(self, seconds: float) -> None:
+        """Add ``seconds`` the consumer waited for data (called by ``shared_queue``).
+
+        Ignored while :meth:`timed` is measuring the same loop, whose figure includes it.
+        """
+        if not self._timing:
+            self.data_wait_s += seconds
+
+    def timed(self, batches: Iterable[T]) -> Iterator[T]:
+        """Yield ``batches``' items, adding the time spent waiting for each to the data wait.
+
+        For a DataLoader with workers, whose queues run in the worker processes: the time
+        this loop waits for the next batch is what leaves the GPU idle::
+
+            for batch in session.timed(loader):
+                train(batch)
+
+        Costs two clock reads per item. The wait for the end of the iteration counts too.
+        """
+        iterator = iter(batches)
+        while True:
+            self._timing = True
+            began = time.perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            finally:
+                self.data_wait_s += time.perf_counter() - began
+                self._timing = False
+            yield item
 
     # -- reports from shared_queue (ProgressReporter) ---------------------------------------
 
@@ -183,6 +232,7 @@ class Session:
             "units_finished": finished,
             "units": units,
             "publish_every": self.publish_every,
+            "data_wait_s": self.data_wait_s,
         }
 
     def publish(self) -> None:
@@ -195,6 +245,7 @@ class Session:
             body["units_claimed"],
             body["units_finished"],
             body["state"],
+            body["data_wait_s"],
         )
 
     def _changed(self) -> bool:
@@ -204,6 +255,7 @@ class Session:
             len(self._units),
             self._units_finished,
             self._state,
+            self.data_wait_s,
         )
         return current != self._last_published
 
@@ -215,7 +267,17 @@ class Session:
                 self.publish()
                 self.publish_error = None
             except BackendError as exc:
-                self.publish_error = exc  # training goes on; the next period retries
+                # Training goes on; the next period retries. Warn once per failing streak.
+                level = logging.DEBUG if self.publish_error is not None else logging.WARNING
+                self.publish_error = exc
+                _log.log(
+                    level,
+                    "learner %r could not publish its progress to %s (the next period "
+                    "retries; training goes on): %s",
+                    self.learner_id,
+                    redact(self.mailbox.url),
+                    exc,
+                )
 
     # -- context manager ----------------------------------------------------------------------
 
@@ -296,9 +358,16 @@ class Session:
             self._error = name
         try:
             self.publish()
-        except BackendError:
+        except BackendError as error:
             if exc_type is None:
                 raise
+            _log.warning(
+                "learner %r could not publish its final state (%s) to %s: %s",
+                self.learner_id,
+                self._state,
+                redact(self.mailbox.url),
+                error,
+            )
 
     def __repr__(self) -> str:
         return (

@@ -14,6 +14,12 @@ Learners
       clock, so a large clock difference between hosts can mislabel a learner here; the
       learners themselves never rely on it. A lost learner has no ETA.
 
+    Rows are sorted by learner id with numbers in numeric order (``rank2`` before
+    ``rank10``), so DataLoader workers (``rank0-w0``, ``rank0-w1``) follow their rank.
+    ``data wait %`` is the share of the learner's time (since its session started, until
+    its last report) that its loop waited for data: the ``data_wait_s`` its
+    :class:`~gradientmail.session.Session` published. A high figure means the GPU starves.
+
 Units (of the newest epoch, or ``--epoch``)
     ``done`` (completion records), ``in progress`` (claimed, not done, not released),
     ``reclaimed`` (taken over from a learner that died or left) and ``free`` (the rest).
@@ -25,6 +31,7 @@ The ETA is units left ÷ the run's completion rate so far, shown while a learner
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -40,7 +47,15 @@ from gradientmail.patterns.progress import (
     RunLayout,
 )
 
-__all__ = ["RunStatus", "format_status", "lane_of", "latest_epoch", "plot_gantt", "read_status"]
+__all__ = [
+    "RunStatus",
+    "data_wait_share",
+    "format_status",
+    "lane_of",
+    "latest_epoch",
+    "plot_gantt",
+    "read_status",
+]
 
 #: A lease not renewed for this many lease durations (by its recorded time) reads as lost.
 EXPIRED_AFTER = 1.5
@@ -205,7 +220,7 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         row["learner"] = name
         row["state"] = _learner_state(record, leases.get(name), now)
         rows.append(row)
-    rows.sort(key=lambda r: str(r["learner"]))
+    rows.sort(key=lambda r: _natural(str(r["learner"])))
     return RunStatus(
         now=now,
         total=total,
@@ -218,6 +233,31 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         learners=rows,
         unreadable=unreadable,
     )
+
+
+def _natural(name: str) -> tuple[str | int, ...]:
+    """A sort key that orders the numbers inside ``name`` numerically."""
+    parts = re.split(r"(\d+)", name)  # text at even positions, digits at odd ones
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
+
+
+def data_wait_share(record: dict[str, Any], now: float) -> float | None:
+    """The share (0 to 1) of a learner's time its loop waited for data; ``None`` if unknown.
+
+    The time runs from the record's ``started_at`` to its ``finished_at`` or, while it runs,
+    its ``updated_at`` (when ``data_wait_s`` was measured).
+    """
+    waited, started = record.get("data_wait_s"), record.get("started_at")
+    if not _number(waited) or not _number(started):
+        return None
+    end = next(
+        (float(t) for t in (record.get("finished_at"), record.get("updated_at")) if _number(t)),
+        now,
+    )
+    elapsed = end - float(started)
+    if elapsed <= 0:
+        return None
+    return min(1.0, max(0.0, float(waited) / elapsed))
 
 
 def _duration(seconds: float | None) -> str:
@@ -237,7 +277,16 @@ def _int(value: object) -> str:
 
 def format_status(status: RunStatus) -> str:
     """The status table as text."""
-    header = ("learner", "state", "claimed", "finished", "samples", "rate/s", "last report")
+    header = (
+        "learner",
+        "state",
+        "claimed",
+        "finished",
+        "samples",
+        "rate/s",
+        "data wait %",
+        "last report",
+    )
     rows = []
     for r in status.learners:
         state = str(r.get("state", "?"))
@@ -246,6 +295,7 @@ def format_status(status: RunStatus) -> str:
         updated = r.get("updated_at")
         age = f"{_duration(status.now - float(updated))} ago" if _number(updated) else "never"
         rate = r.get("rate")
+        share = data_wait_share(r, status.now)
         rows.append(
             (
                 str(r.get("learner")),
@@ -254,6 +304,7 @@ def format_status(status: RunStatus) -> str:
                 _int(r.get("units_finished")),
                 _int(r.get("samples")),
                 f"{float(rate):.1f}" if _number(rate) else "-",
+                "-" if share is None else f"{100 * share:.1f}",
                 age,
             )
         )

@@ -26,6 +26,11 @@ Guarantees
       learner's units over with ``put_if_match`` (exactly one taker) and loads them from
       their first item. A dead learner's units wait at most ``lease`` plus one renewal
       period once the others run out of free units.
+    * **Leaving when nothing is free.** With ``wait_for_others=False`` a learner that finds
+      no free or released unit ends its iteration instead of waiting for units others hold.
+      Lockstep training (DDP) and DataLoader workers need this: a rank waiting for data
+      while another waits for it in a collective would deadlock. A dead learner's units
+      are then finished when it is restarted (resume), not by the others.
     * **A paused learner stops.** A learner whose lease may have lapsed (SIGSTOP, a long
       pause, a partition) delivers nothing more until it has renewed, and one that was taken
       over raises :class:`~gradientmail.errors.LeaseLostError`: it delivers no item of a
@@ -63,14 +68,13 @@ Cost per unit: a ``put_if_absent`` and a read-back to claim, a ``put_if_match`` 
 few listings (at the start, before concluding nothing is free, and once per renewal period
 while waiting for others to finish).
 
-Progress: the queue reports each unit's claim, start, finish and release to a
-:class:`~gradientmail.session.Session` (``session=``, or the innermost ``Session`` with the
-same ``learner_id`` entered in the current thread).
+Progress: the queue reports each unit's claim, start, finish and release, and the time the
+consumer waited for data, to a :class:`~gradientmail.session.Session` (``session=``, or the
+innermost ``Session`` with the same ``learner_id`` entered in the current thread).
 """
 
 from __future__ import annotations
 
-import random
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -97,6 +101,7 @@ from gradientmail.patterns.claim_loop import (
     View,
 )
 from gradientmail.patterns.leases import Lease
+from gradientmail.patterns.preference import preference_order
 from gradientmail.patterns.progress import (
     LEASES_PREFIX,
     MANIFEST_KEY,
@@ -149,6 +154,7 @@ class SharedQueue(Generic[T]):
         reporter: ProgressReporter | None,
         epoch: int,
         lease: float,
+        wait_for_others: bool = True,
     ) -> None:
         self.learner_id = learner_id
         self.epoch = epoch
@@ -158,6 +164,10 @@ class SharedQueue(Generic[T]):
         self._units = units
         self._load = load
         self._reporter = reporter
+        # Optional in a reporter: a Session publishes the time the consumer waited for data.
+        self._report_wait = getattr(reporter, "data_waited", None)
+        self._wait_for_others = wait_for_others
+        self._loop: ClaimLoop | None = None
         self._layout = RunLayout(epoch)
         self._lease = Lease(mailbox, LEASES_PREFIX + learner_id, learner_id, duration=lease)
         self._buffer: HandoffBuffer[T] = HandoffBuffer(prefetch)
@@ -194,7 +204,9 @@ class SharedQueue(Generic[T]):
             stats=self.stats,
             reporter=self._reporter,
             closing=self._closing,
+            wait_for_others=self._wait_for_others,
         )
+        self._loop = loop
         self._loader = Worker(
             f"gradientmail-shared-queue-{self.learner_id}", lambda _stop: loop.run()
         ).start()
@@ -218,6 +230,8 @@ class SharedQueue(Generic[T]):
             entry, waited = get()
             if waited:
                 stats.wait_s += waited
+                if self._report_wait is not None:
+                    self._report_wait(waited)
             if not isinstance(entry, Control):
                 try:
                     lease.ensure_fresh()  # never deliver an item of a unit we may have lost
@@ -246,7 +260,8 @@ class SharedQueue(Generic[T]):
                     self._fail(self._async_error)
                 self._done = True
                 self._exhausted = True
-                stats.run_complete = self._claims is not None and self._claims.cas
+                left = self._loop is not None and self._loop.others_unfinished
+                stats.run_complete = self._claims is not None and self._claims.cas and not left
                 raise StopIteration
 
     def _fail(self, error: BaseException) -> None:
@@ -353,39 +368,6 @@ class SharedQueue(Generic[T]):
                     release(unit.identifier)
 
 
-def _preference(
-    units: Mapping[str, Any], order: Sequence[str] | None, shuffle: int | None, epoch: int
-) -> list[str]:
-    identifiers = [validate_segment(ident, "unit identifier") for ident in units]
-    if shuffle is not None:
-        if order is not None:
-            raise ConfigurationError(
-                "give order= or shuffle=, not both: shuffle draws every learner's order"
-            )
-        random.Random(f"{shuffle}:{epoch}").shuffle(identifiers)
-        return identifiers
-    if order is None:
-        return identifiers
-    if isinstance(order, str):
-        raise ConfigurationError(
-            f"order must be a sequence of unit identifiers, not the string {order!r}"
-        )
-    preferred: list[str] = []
-    seen: set[str] = set()
-    for ident in order:
-        if ident not in units:
-            raise ConfigurationError(
-                f"order names {ident!r}, which is not a key of units; order is a preference "
-                "over the same identifiers as units"
-            )
-        if ident in seen:
-            raise ConfigurationError(f"order names {ident!r} more than once")
-        seen.add(ident)
-        preferred.append(ident)
-    preferred.extend(ident for ident in identifiers if ident not in seen)
-    return preferred
-
-
 def _check_arguments(
     units: object, mailbox: Mailbox, load: object, epoch: object, shuffle: object
 ) -> None:
@@ -421,6 +403,7 @@ def shared_queue(
     epoch: int = 0,
     shuffle: int | None = None,
     lease: float = DEFAULT_LEASE,
+    wait_for_others: bool = True,
 ) -> Iterator[SharedQueue[T]]:
     """Share ``units`` among learners: yield the items of the units this learner holds.
 
@@ -441,6 +424,9 @@ def shared_queue(
             ``(shuffle, epoch)``, the same on every learner. Not with ``order``.
         lease: seconds without renewal after which others may take this learner's units
             (default 60). Renewed every ``lease / 3`` seconds.
+        wait_for_others: when no unit is free, wait for the units others hold and take
+            over those of learners that die (default). ``False``: end the iteration
+            instead, as lockstep training (DDP) and DataLoader workers need.
 
     Yields:
         A :class:`SharedQueue`: iterate it for the items; ``.stats`` is its telemetry.
@@ -458,7 +444,9 @@ def shared_queue(
     validate_segment(learner_id, "learner id")
     positive(prefetch, "prefetch", integer=True)
     positive(lease, "lease")
-    identifiers = _preference(units, order, shuffle, epoch)
+    if not isinstance(wait_for_others, bool):
+        raise ConfigurationError(f"wait_for_others must be True or False, not {wait_for_others!r}")
+    identifiers = preference_order(units, order, shuffle, epoch)
     reporter = session if session is not None else active_reporter(learner_id)
     if reporter is None:
         other = any_active_reporter()
@@ -480,6 +468,7 @@ def shared_queue(
         reporter=reporter,
         epoch=epoch,
         lease=float(lease),
+        wait_for_others=wait_for_others,
     )
     try:
         queue._start()
