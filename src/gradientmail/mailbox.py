@@ -54,10 +54,20 @@ class Version:
     """An opaque token naming one stored write of one key.
 
     Obtained from :meth:`Mailbox.get_versioned` and passed back to
-    :meth:`Mailbox.put_if_match`. Tokens are never reused for a key by one backend, so a stale
-    token can never match by accident: memory:// and file:// use the write id, GCS the object
-    generation, and S3 and Azure the ETag (S3 ETags hash the bytes, so the S3 backend stores
-    each write id after the value to make every ETag distinct; ``get`` strips it).
+    :meth:`Mailbox.put_if_match`. A version never matches different bytes. What else it
+    promises depends on the backend:
+
+    * memory://, file://, GCS and Azure: a version names one write (the write id, the object
+      generation, Azure's ETag) and is never reused for a key, so a stale version can never
+      match again.
+    * S3: a version is the ETag, which names the bytes stored. Two writes of identical bytes
+      may share a version, so after a key is rewritten with bytes it held before, an old
+      version matches again (ABA). Write something unique to each write into the value (a
+      token, a growing sequence number) where that matters; gradientmail's own claims,
+      leases and records do.
+
+    A backend declares the second kind with ``versions_name_bytes = True``
+    (:class:`~gradientmail.backends.base.BaseMailbox`).
     """
 
     token: str

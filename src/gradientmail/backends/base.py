@@ -129,6 +129,12 @@ class BaseMailbox(ABC):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     retry_policy: ClassVar[RetryPolicy] = RetryPolicy()
+    #: What a :class:`Version` names. ``False`` (the default): one write; versions never
+    #: repeat for a key, so a stale version never matches again. ``True``: the bytes stored
+    #: (S3's ETag): two writes of identical bytes may share a version, so after a key is
+    #: rewritten with bytes it held before, an old version matches again (ABA). Either way
+    #: a version never matches different bytes.
+    versions_name_bytes: ClassVar[bool] = False
     #: Object stores: what precedes every key in the store's object names (the URL's
     #: prefix and its '/'). It counts toward the store's 1024-byte name limit.
     object_name_prefix: str = ""

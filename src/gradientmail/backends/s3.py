@@ -3,7 +3,7 @@
 URL and options
     ``s3://BUCKET`` or ``s3://BUCKET/PREFIX``. Keys are stored as objects named
     ``PREFIX/KEY``; the bucket must already exist. ``S3Mailbox(bucket, prefix, **options)``
-    opens one directly.
+    opens one directly. These options may be keyword arguments or URL query parameters:
 
     * ``endpoint_url`` (str): an S3-compatible endpoint such as ``http://127.0.0.1:9000``.
       Without it boto3 uses ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` or the config
@@ -13,11 +13,39 @@ URL and options
     * ``profile`` (str): a named profile from ``~/.aws/config``.
     * ``connect_timeout`` (float seconds, default 2) and ``read_timeout`` (float seconds,
       default 60) bound every request.
+    * ``addressing_style``: ``auto`` (the default: path-style with an ``endpoint_url``,
+      virtual-hosted on AWS), ``path`` (``host/bucket/key``) or ``virtual``
+      (``bucket.host/key``).
+    * ``signature_version``: ``s3v4`` (SigV4, botocore's default) or ``s3`` (the legacy
+      SigV2, for older stores that need it).
+    * ``max_pool_connections`` (int, default 64): HTTP connections the client keeps, so that
+      as many threads share one mailbox without waiting for a connection.
+
+    Two more are Python objects, given as keyword arguments only (never in the URL):
+
+    * ``session``: a ``boto3.session.Session`` to make the client from (its credentials,
+      profile and region), instead of gradientmail's own session from the standard chain.
+      Not with ``profile``.
+    * ``config``: a ``botocore.config.Config``, for settings without an option of their own
+      (proxies, checksums, TCP keep-alive...). gradientmail's defaults yield to it, the
+      named options above override it, and its retry settings are always replaced: one
+      attempt per call, the shared retry policy makes every retry (see
+      :mod:`gradientmail.backends.s3_client`).
+
+    ``docs/s3-compatible.md`` lists the values MinIO, Cloudflare R2, Ceph RGW and SeaweedFS
+    need, and maps each option to its fsspec/s3fs name.
 
     Credentials come from the standard boto3 chain (environment, config files, SSO,
-    instance metadata...). They are never taken from the URL, and never appear in a
-    ``repr`` or an error message. A mailbox pickles as its URL and these options, none of
-    them a credential, and reopens with a fresh client in the receiving process.
+    instance metadata...), or from ``session``. They are never taken from the URL, and
+    never appear in a ``repr`` or an error message.
+
+Pickling
+    A mailbox pickles as its URL and options, and reopens with a fresh client in the
+    receiving process. No credential travels. A ``config`` travels as it is (with its
+    proxies, if it names any). A ``session`` does not travel: the copy makes its client
+    from the standard chain, as if opened without ``session``, so a worker process must
+    find its credentials there (environment, profile, instance role) or open its own
+    mailbox with a session of its own.
 
     botocore's own ``DEBUG`` log holds every request's headers, so it holds the AWS session
     token (``X-Amz-Security-Token``) and the request signatures. gradientmail never enables
@@ -44,36 +72,49 @@ Requests per call
     * ``list``: ``A`` per page of up to 1000 keys.
 
 Guarantees
+    * Objects hold exactly the bytes given to ``put``, ``put_if_absent`` or
+      ``put_if_match``: boto3, the AWS CLI or any other reader sees those bytes. Objects
+      written by other tools are read as stored and can be swapped with ``put_if_match``.
     * ``put_if_absent`` is ``PutObject`` with ``If-None-Match: *``: the store itself
       refuses a second object, so exactly one concurrent creator wins, across machines.
     * Compare-and-swap uses the object's ETag as the :class:`Version` token
-      (``If-Match: <etag>``).
-    * Every write carries a fresh write id (32 hex digits) twice: in the object metadata
-      (``x-amz-meta-gm-write-id``), for reading back, and appended to the stored bytes.
-      S3 ETags are hashes of the stored bytes, so without the trailer rewriting identical
-      bytes would repeat a version, and a stale token would match. ``get`` strips the
-      trailer; objects written by other tools (without the metadata field) read as stored.
-      Other S3 clients reading the bucket directly see the 32 extra bytes.
+      (``If-Match: <etag>``). **An S3 version names the bytes stored, not one write**: the
+      ETag of a single-part upload is a hash of its bytes, so two writes of identical bytes
+      may share a version. A version never matches different bytes, but after a key is
+      rewritten with the bytes it held before, an old version matches again (ABA).
+      Compare-and-swap on S3 is safe when every value written carries something unique to
+      its write, as gradientmail's own claims, leases and records do (a fresh token, or a
+      sequence number that only grows). :attr:`S3Mailbox.versions_name_bytes` declares
+      this, and ``gradientmail conformance`` checks S3 against it.
+    * Every write carries a fresh write id (32 hex digits) in the object metadata
+      (``x-amz-meta-gm-write-id``), which ``HEAD`` returns without the value: a conditional
+      write whose response was lost is resolved by reading it back. Objects without it
+      (written by other tools) are simply not ours.
     * ``list`` uses ``ListObjectsV2`` pages, fetched lazily one at a time.
-    * The client's connection pool holds :data:`POOL_CONNECTIONS` connections, so that
-      many threads share one mailbox without waiting for a connection.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import threading
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gradientmail import errors
 from gradientmail.backends.base import Conflict, Stat
-from gradientmail.backends.object_store import POOL_CONNECTIONS, ObjectStoreMailbox, StoreURL
-from gradientmail.backends.options import redact, require
+from gradientmail.backends.object_store import ObjectStoreMailbox, StoreURL
+from gradientmail.backends.options import redact
+from gradientmail.backends.s3_client import (
+    CONNECT_TIMEOUT,
+    DEFAULTS,
+    OPTIONS,
+    POOL_CONNECTIONS,
+    SDK_ATTEMPTS,
+    new_client,
+)
 from gradientmail.mailbox import Version
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mypy_boto3_s3.client import S3Client
 
 __all__ = ["CONNECT_TIMEOUT", "POOL_CONNECTIONS", "SDK_ATTEMPTS", "WRITE_ID_METADATA", "S3Mailbox"]
@@ -81,16 +122,10 @@ __all__ = ["CONNECT_TIMEOUT", "POOL_CONNECTIONS", "SDK_ATTEMPTS", "WRITE_ID_META
 #: User metadata field holding the write id (sent as ``x-amz-meta-gm-write-id``). S3
 #: metadata travels in HTTP headers, where some proxies drop names with '_'.
 WRITE_ID_METADATA = "gm-write-id"
-#: Default seconds to wait for a TCP connection before the attempt counts as unreachable.
-CONNECT_TIMEOUT = 2.0
-#: Default seconds to wait for a response once the request is sent.
-READ_TIMEOUT = 60.0
-#: Attempts botocore makes per call: one. The shared RetryPolicy makes every retry, so a
-#: precondition failure always answers the only request of its attempt.
-SDK_ATTEMPTS = 1
 
 
 # -- URL and options ---------------------------------------------------------------------------
+# The options are checked, and the client made, in gradientmail.backends.s3_client.
 
 # 3-63 lowercase letters, digits, '.', '-' and '_' (the last for older and S3-compatible
 # stores), starting and ending with a letter or digit.
@@ -99,35 +134,6 @@ _BUCKET_RULE = (
     "3-63 lowercase letters, digits, '.', '-' or '_', starting and ending with a letter or "
     "digit; a port or host belongs in the endpoint_url option"
 )
-
-
-def _endpoint_option(value: object) -> str:
-    text = str(value)
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("expected an http:// or https:// URL such as http://127.0.0.1:9000")
-    if parts.username is not None or parts.password is not None:
-        # Never hold a secret where repr, pickles or messages could reach it.
-        raise ValueError(
-            "the endpoint URL must not carry credentials; use the standard AWS credential "
-            "chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile, ...)"
-        )
-    return text
-
-
-def _name_option(value: object) -> str:
-    text = str(value)
-    if not text or text != text.strip():
-        raise ValueError(f"expected a non-empty name without surrounding spaces, got {text!r}")
-    return text
-
-
-_OPTIONS = {
-    "endpoint_url": _endpoint_option,
-    "region": _name_option,
-    "profile": _name_option,
-}
-_DEFAULTS = {"connect_timeout": CONNECT_TIMEOUT, "read_timeout": READ_TIMEOUT}
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -169,51 +175,6 @@ def _status(exc: BaseException) -> tuple[int, str]:
     return status, str(response.get("Error", {}).get("Code", ""))
 
 
-# -- the client --------------------------------------------------------------------------------
-
-# One boto3 Session per (process, profile): creating a Session costs ~100 ms, a client from
-# an existing one ~10 ms. Sessions are not thread-safe, so clients are made under a lock.
-# A Session resolves credentials once and keeps them (refreshable ones refresh themselves).
-_SESSIONS: dict[tuple[int, str | None], Any] = {}
-_SESSIONS_LOCK = threading.Lock()
-
-
-def _reset_sessions_lock() -> None:
-    global _SESSIONS_LOCK  # a forked child must not inherit a lock held by another thread
-    _SESSIONS_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_sessions_lock)
-
-
-def _new_client(
-    endpoint_url: str | None,
-    region: str | None,
-    profile: str | None,
-    timeouts: tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT),
-) -> S3Client:
-    """A client configured as the backend uses it: one attempt per call, a large pool."""
-    boto3 = require("boto3", "s3")
-    config_module = require("botocore.config", "s3")
-    config = config_module.Config(
-        max_pool_connections=POOL_CONNECTIONS,
-        connect_timeout=timeouts[0],
-        read_timeout=timeouts[1],
-        retries={"mode": "standard", "total_max_attempts": SDK_ATTEMPTS},
-        user_agent_extra="gradientmail",
-    )
-    with _SESSIONS_LOCK:
-        session_key = (os.getpid(), profile)
-        session = _SESSIONS.get(session_key)
-        if session is None:
-            session = boto3.session.Session(profile_name=profile)
-            _SESSIONS[session_key] = session
-        client: S3Client = session.client(
-            "s3", endpoint_url=endpoint_url, region_name=region, config=config
-        )
-    return client
-
-
 # -- the mailbox -------------------------------------------------------------------------------
 
 
@@ -221,25 +182,27 @@ class S3Mailbox(ObjectStoreMailbox):
     """A mailbox under a prefix of one S3 bucket; see the module docstring for guarantees."""
 
     layout = StoreURL("s3", "S3", "bucket", _BUCKET_NAME, _BUCKET_RULE)
-    accepted_options = _OPTIONS
+    accepted_options = OPTIONS
     write_id_metadata = WRITE_ID_METADATA
-    option_defaults = _DEFAULTS
+    option_defaults = DEFAULTS
+    #: An S3 version is the ETag, which names the bytes stored (see the module docstring).
+    versions_name_bytes: ClassVar[bool] = True
 
     # -- the client ---------------------------------------------------------------------------
 
     def _connect(self) -> S3Client:
-        settings = self._settings
-        client = _new_client(
-            settings.get("endpoint_url"),
-            settings.get("region"),
-            settings.get("profile"),
-            self._timeouts,
-        )
+        client = new_client(self._settings, self._options.keys())
         self._endpoint = redact(client.meta.endpoint_url) if client.meta.endpoint_url else "AWS S3"
         return client
 
     def _disconnect(self, client: Any) -> None:
         client.close()
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, dict[str, Any]]]:
+        # A boto3 Session cannot travel (it may hold credentials): the copy makes its client
+        # from the standard chain, as the module docstring says.
+        restore, (url, options) = super().__reduce__()
+        return restore, (url, {k: v for k, v in options.items() if k != "session"})
 
     # -- errors -------------------------------------------------------------------------------
 
@@ -312,15 +275,11 @@ class S3Mailbox(ObjectStoreMailbox):
     # -- operations ---------------------------------------------------------------------------
 
     def _put_request(self, key: str, data: bytes, write_id: str) -> dict[str, Any]:
-        """PutObject arguments storing ``data`` stamped with ``write_id``.
-
-        The write id goes into the metadata (for read-back) and after the value (so that
-        the ETag, a hash of the stored bytes, differs for every write).
-        """
+        """PutObject arguments storing exactly ``data``, with ``write_id`` in the metadata."""
         return {
             "Bucket": self.container,
             "Key": self._name(key),
-            "Body": data + write_id.encode("ascii"),
+            "Body": data,
             "Metadata": self._stamp(write_id),
         }
 
@@ -367,17 +326,6 @@ class S3Mailbox(ObjectStoreMailbox):
                 raise
             with response["Body"] as body:
                 data = body.read()
-        write_id = response.get("Metadata", {}).get(WRITE_ID_METADATA)
-        if write_id is not None:  # written by gradientmail: strip the write-id trailer
-            trailer = write_id.encode("ascii", "replace")
-            if not data.endswith(trailer):
-                raise errors.BackendError(
-                    f"object {self._name(key)!r} carries a {WRITE_ID_METADATA} metadata field "
-                    "but not the matching trailer; it was changed outside gradientmail",
-                    key=key,
-                    backend=self.url,
-                )
-            data = data[: len(data) - len(trailer)]
         return data, Version(response["ETag"])
 
     def _stat(self, key: str) -> Stat | None:
