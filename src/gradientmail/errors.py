@@ -141,7 +141,7 @@ class LeaseLostError(GradientMailError):
             incarnation fenced this one).
     """
 
-    def __init__(self, message: str, *, learner: str, units: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, *, learner: str = "", units: tuple[str, ...] = ()) -> None:
         self.learner = learner
         self.units = units
         super().__init__(message)
@@ -216,13 +216,20 @@ class WorkerError(GradientMailError):
         worker: who failed, e.g. ``"shared_queue loader of learner 'node-0'"``.
         error_type: the original exception's qualified type name.
         worker_traceback: the worker's formatted traceback.
+
+    Built from a message alone, as torch's DataLoader rebuilds an error from one of its
+    worker processes, the attributes are empty and the message says it all.
     """
 
-    def __init__(self, message: str, *, worker: str, error_type: str, worker_traceback: str):
+    def __init__(
+        self, message: str, *, worker: str = "", error_type: str = "", worker_traceback: str = ""
+    ):
         self.worker = worker
         self.error_type = error_type
         self.worker_traceback = worker_traceback
-        super().__init__(f"{message}\n\nTraceback in the worker thread:\n{worker_traceback}")
+        if worker_traceback:
+            message = f"{message}\n\nTraceback in the worker thread:\n{worker_traceback}"
+        super().__init__(message)
 
 
 class PipelineError(GradientMailError):
