@@ -19,6 +19,7 @@ classmethod (the factory ``from_url`` calls) and a handful of primitives (``_cre
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import random
 import time
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gradientmail.backends.options import redact
 from gradientmail.errors import (
     BackendError,
     ConfigurationError,
@@ -46,6 +48,9 @@ __all__ = [
     "as_bytes",
     "new_write_id",
 ]
+
+#: Retries and store errors, at DEBUG; URLs only through ``redact``.
+_log = logging.getLogger(__name__)
 
 
 class Conflict(enum.Enum):
@@ -312,11 +317,25 @@ class BaseMailbox(ABC):
         for n in range(policy.attempts):
             try:
                 return attempt()
-            except TransientBackendError:
+            except TransientBackendError as exc:
                 if n + 1 >= policy.attempts:
+                    _log.debug("store error on %s, giving up: %s", redact(self._url), exc)
                     raise
-                time.sleep(policy.delay(n))
+                delay = policy.delay(n)
+                self._log_retry(key, n, delay, exc)
+                time.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _log_retry(self, key: str, n: int, delay: float, exc: BaseException) -> None:
+        _log.debug(
+            "transient store error on %s (key %r, attempt %d of %d); retrying in %.3fs: %s",
+            redact(self._url),
+            key,
+            n + 1,
+            self.retry_policy.attempts,
+            delay,
+            exc,
+        )
 
     def _conditional(
         self,
@@ -348,7 +367,9 @@ class BaseMailbox(ABC):
                 last_error = exc
                 ambiguous = ambiguous or not exc.not_carried_out
                 if n + 1 < policy.attempts:
-                    time.sleep(policy.delay(n))
+                    delay = policy.delay(n)
+                    self._log_retry(key, n, delay, exc)
+                    time.sleep(delay)
                 continue
             if isinstance(outcome, Version):
                 return outcome
@@ -356,6 +377,7 @@ class BaseMailbox(ABC):
                 return None
             return self._resolve(key, write_id, replace=replace, cause=None)
         assert last_error is not None
+        _log.debug("store error on %s, giving up: %s", redact(self._url), last_error)
         if not ambiguous:
             raise last_error
         return self._resolve(key, write_id, replace=replace, cause=last_error)

@@ -18,6 +18,7 @@ ends when no unit is free.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import threading
 import time
@@ -153,6 +154,10 @@ class _LoadFailed(Exception):
 
 _WAIT = object()
 
+#: Lost claims and loader failures at DEBUG; released units taken at INFO; units taken
+#: over from a learner declared dead at WARNING.
+_log = logging.getLogger(__name__)
+
 #: Claims lost in a row before the view is refreshed by a listing; until then a learner that
 #: loses jumps to another point of its view, which costs one create and no listing.
 PROBES_BEFORE_LISTING = 4
@@ -231,6 +236,7 @@ class ClaimLoop:
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
             if isinstance(exc, _LoadFailed):
                 context, exc = exc.context, exc.original
+            _log.debug("loader of %r failed %s: %r", self.learner, context, exc)
             self.buffer.put_control(Failed(CarriedError.of(exc), context))
 
     def start(self) -> None:
@@ -276,6 +282,9 @@ class ClaimLoop:
                 # believed free (a point drawn from this learner's own seed) and try again;
                 # only a streak of losses means the view is too stale, and costs a listing.
                 self.stats.conflicts_lost += 1
+                _log.debug(
+                    "%r lost the claim of unit %r to another learner", self.learner, identifier
+                )
                 self.losses += 1
                 if self.losses >= PROBES_BEFORE_LISTING:
                     self.refresh()
@@ -351,6 +360,9 @@ class ClaimLoop:
             elif state == RELEASED or self.is_earlier_self(record):
                 held = self.take_over(ident)
                 if held is not None:
+                    _log.info(
+                        "%r took unit %r (%s by %r)", self.learner, ident, state, record.owner
+                    )
                     return held
             else:
                 by_owner.setdefault(record.owner, []).append(ident)
@@ -363,6 +375,14 @@ class ClaimLoop:
             for ident in claimed:
                 held = self.take_over(ident)
                 if held is not None:
+                    _log.warning(
+                        "%r took over unit %r from %r, whose lease lapsed (%s); it is loaded "
+                        "again from its first item",
+                        self.learner,
+                        ident,
+                        owner,
+                        observed.state,
+                    )
                     return held
         return _WAIT
 

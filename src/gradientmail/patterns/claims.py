@@ -14,11 +14,13 @@ Both patterns (``shared_queue`` and ``pipeline``) claim through this module.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from gradientmail.backends.base import new_write_id
+from gradientmail.backends.options import redact
 from gradientmail.errors import AtomicityViolationError, KeyNotFoundError, OutcomeUnknownError
 from gradientmail.mailbox import Capability, Mailbox, Version
 
@@ -34,6 +36,9 @@ __all__ = [
     "read_claim",
     "read_record",
 ]
+
+#: An atomicity violation (a claim reported as won but held by another) at WARNING.
+_log = logging.getLogger(__name__)
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
@@ -140,10 +145,19 @@ def claim_versioned(
     stored = _read_versioned(mailbox, key)
     if stored is None or stored[0].token != token:
         other = "nothing readable" if stored is None else f"a claim by {stored[0].owner!r}"
+        url = redact(mailbox.url)
+        _log.warning(
+            "atomicity violation on %s: the claim of %r by %r was reported as won, but "
+            "reading it back found %s",
+            url,
+            key,
+            owner,
+            other,
+        )
         raise AtomicityViolationError(
             f"claim of {key!r} by {owner!r} was reported as won, but reading it back found "
             f"{other}: the store let two claimants win (or lost the write), so it is not "
-            f"safe to coordinate on; check it with: gradientmail conformance {mailbox.url}"
+            f"safe to coordinate on; check it with: gradientmail conformance {url}"
         )
     return stored
 

@@ -38,6 +38,7 @@ read per watched lease per observation.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -61,6 +62,9 @@ SAFE_FRACTION = 0.75
 
 #: States a lease record can be in. ``running`` is the only live one.
 LIVE_STATES = frozenset({"running"})
+
+#: Lost and declared-lost leases at WARNING; failed background renewals at DEBUG.
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,7 @@ class Lease:
                     return
                 except BackendError as exc:
                     self.renew_error = exc  # the next period retries; ensure_fresh fences
+                    _log.debug("%r could not renew its lease %r: %s", self.holder, self.key, exc)
 
         self._worker = Worker(f"gradientmail-lease-{self.holder}", loop).start()
         return self
@@ -240,6 +245,7 @@ class Lease:
             new = self.mailbox.put_if_match(self.key, body, self._version)
             if new is None:
                 self._lost = self._why_lost()
+                _log.warning("%r lost its lease %r: %s", self.holder, self.key, self._lost)
                 raise self._error()
             self._stored(new, sent)
 
@@ -258,6 +264,12 @@ class Lease:
         try:
             self.renew()
         except BackendError as exc:
+            _log.warning(
+                "%r could not renew its stale lease %r in time and stops acting: %s",
+                self.holder,
+                self.key,
+                exc,
+            )
             raise LeaseLostError(
                 f"{self.holder!r} could not renew its lease {self.key!r} in time ({exc}); "
                 "it stops rather than risk acting on work another worker may take over",
@@ -408,4 +420,13 @@ class LeaseWatcher:
         if current != version:
             return False  # renewed since we watched: alive
         record.update(state="lost", lost_by=by, lost_at=time.time())
-        return self.mailbox.put_if_match(key, encode_record(record), version) is not None
+        declared = self.mailbox.put_if_match(key, encode_record(record), version) is not None
+        if declared:
+            _log.warning(
+                "%r declared %r lost: its lease %r was not renewed for %.1fs",
+                by,
+                holder,
+                key,
+                time.monotonic() - seen[1],
+            )
+        return declared

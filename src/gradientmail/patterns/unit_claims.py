@@ -20,6 +20,7 @@ alone, nothing is taken over, and a release deletes the claim.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ from gradientmail.patterns.claims import (
 from gradientmail.patterns.progress import RunLayout
 
 __all__ = ["CLAIMED", "DONE", "RELEASED", "Held", "Scan", "UnitClaims"]
+
+#: Lost takeovers and releases at DEBUG; a completion refused because the unit was taken
+#: over (this learner's lease lapsed) at WARNING.
+_log = logging.getLogger(__name__)
 
 CLAIMED = "claimed"
 DONE = "done"
@@ -131,6 +136,9 @@ class UnitClaims:
         body = claim_body(self.learner_id, new_token(), **self._extra(CLAIMED, previous))
         new = self.mailbox.put_if_match(self.layout.units + identifier, body, version)
         if new is None:
+            _log.debug(
+                "%r lost the takeover of unit %r to another learner", self.learner_id, identifier
+            )
             return None
         if record.owner != self.learner_id:
             marker = encode_record({"from": record.owner, "by": self.learner_id, "at": time.time()})
@@ -144,6 +152,12 @@ class UnitClaims:
             body = claim_body(self.learner_id, new_token(), **self._extra(DONE, held.previous))
             new = self.mailbox.put_if_match(self.layout.units + held.identifier, body, held.version)
             if new is None:
+                _log.warning(
+                    "%r could not record the completion of unit %r: another learner took it "
+                    "over (this learner's lease lapsed)",
+                    self.learner_id,
+                    held.identifier,
+                )
                 return False
             held.version = new
         record = encode_record({"by": self.learner_id, "at": time.time()})
@@ -164,7 +178,10 @@ class UnitClaims:
             return True
         assert held.version is not None
         body = claim_body(self.learner_id, new_token(), **self._extra(RELEASED, held.previous))
-        return self.mailbox.put_if_match(key, body, held.version) is not None
+        released = self.mailbox.put_if_match(key, body, held.version) is not None
+        if not released:
+            _log.debug("%r could not release unit %r: taken over", self.learner_id, held.identifier)
+        return released
 
     def scan(self) -> Scan:
         """List the epoch's claims and completions (one paged listing of each)."""
