@@ -1,7 +1,9 @@
-"""The README's demo (`make demo`): four learners of unequal speed share one training run.
+"""The README's demo (`make demo`): four learners of unequal speed share one dataset.
 
-It runs ``train_shared_queue.py`` on an embedded ``file://`` store in a temporary directory:
-no network, no GPU. See that file for what happens and what is printed.
+Each learner trains its own, independent model on the shards it claims (four separate
+models, not one data-parallel run). It runs ``train_shared_queue.py`` on an embedded
+``file://`` store in a temporary directory: no network, no GPU. See that file for what
+happens and what is printed; ``train_ddp.py`` trains one model on every rank with DDP.
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
-"""Four learners of unequal speed train on one dataset through a shared queue.
+"""Four learners of unequal speed share one dataset through a shared queue.
 
 The README's demo. It writes a small synthetic token dataset (48 shards), then starts four
 learner processes, slowed down 1x, 2x, 2x and 4x, that share the shards through a mailbox
-(``file://`` in a temporary directory unless you pass ``--url``). Each learner trains a tiny
-language model on CPU on the shards it claims, with a learning-rate schedule driven by the
-global step stored with each batch. Nobody knows anyone's speed: the fast learner simply
-claims more shards, and all four finish together.
+(``file://`` in a temporary directory unless you pass ``--url``). Nobody knows anyone's
+speed: the fast learner simply claims more shards, and all four finish together.
+
+**Each learner trains its own, independent model** (a tiny language model on CPU, with a
+learning-rate schedule driven by the global step stored with each batch) on the shards it
+claims: four separate models, not one data-parallel run. Independent work is where a shared
+queue buys speed from unequal machines. For one model trained by every rank with DDP, see
+``train_ddp.py``; for a preprocessing job, ``preprocess.py``.
 
     python examples/train_shared_queue.py            # about 30 s; no network, no GPU
     gradientmail status URL --plot run.png            # the command it prints at the end
@@ -201,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [f"learner-{n}" for n in range(len(slowdowns))]
     print(
         f"{len(units)} shards x {args.batches} batches, {len(names)} learners slowed "
-        f"{', '.join(f'{s:g}x' for s in slowdowns)}, mailbox {url}"
+        f"{', '.join(f'{s:g}x' for s in slowdowns)}, each training its own independent model; "
+        f"mailbox {url}"
     )
 
     ctx = mp.get_context("spawn")
