@@ -62,7 +62,8 @@ def main() -> None:
     box = gradientmail.from_url(url[0])
 
     shards = {f"shard-{i:03d}": i for i in range(args.shards)}
-    dataset = SharedQueueDataset(shards, mailbox=box, load=load_shard, shuffle=0)
+    # A small prefetch: at the end of an epoch the ranks differ by what they claimed ahead.
+    dataset = SharedQueueDataset(shards, mailbox=box, load=load_shard, shuffle=0, prefetch=2)
     loader = DataLoader(dataset, batch_size=None, num_workers=args.workers)
     torch.manual_seed(0)  # the same initial model on every rank
     model = DistributedDataParallel(nn.Linear(8, 1))

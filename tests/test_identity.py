@@ -32,25 +32,31 @@ def test_torchrun_gives_the_global_rank_and_reads_the_rest() -> None:
     assert learner_id({**env, "TORCHELASTIC_RESTART_COUNT": "4"}) == "rank5"
 
 
-def test_slurm_gives_job_and_task_rank() -> None:
+def test_slurm_gives_the_task_rank_and_reads_the_job() -> None:
     env = {"SLURM_PROCID": "3", "SLURM_JOB_ID": "123456", "SLURM_LOCALID": "1", "SLURM_NODEID": "1"}
     who = identify(env)
-    assert who.learner_id == "slurm123456-rank3"
+    assert who.learner_id == "rank3"
     assert (who.launcher, who.rank, who.local_rank, who.node_rank) == ("slurm", 3, 1, 1)
     assert who.job == "123456"
+    # Submitted again (a new job id), the task resumes under the same id.
+    assert learner_id({**env, "SLURM_JOB_ID": "123999"}) == "rank3"
 
 
-def test_two_tasks_of_a_slurm_array_get_different_ids() -> None:
+def test_tasks_of_a_slurm_array_get_different_ids_that_survive_a_resubmission() -> None:
     # Each array task is its own job, and each has SLURM_PROCID 0.
-    first = learner_id({"SLURM_PROCID": "0", "SLURM_JOB_ID": "1001"})
-    second = learner_id({"SLURM_PROCID": "0", "SLURM_JOB_ID": "1002"})
-    assert first != second
+    first = learner_id({"SLURM_PROCID": "0", "SLURM_JOB_ID": "1001", "SLURM_ARRAY_TASK_ID": "0"})
+    second = learner_id({"SLURM_PROCID": "0", "SLURM_JOB_ID": "1002", "SLURM_ARRAY_TASK_ID": "1"})
+    assert (first, second) == ("task0-rank0", "task1-rank0")
+    again = learner_id({"SLURM_PROCID": "0", "SLURM_JOB_ID": "2001", "SLURM_ARRAY_TASK_ID": "1"})
+    assert again == second
 
 
-def test_torchrun_inside_slurm_uses_torchrun_rank_and_the_job() -> None:
+def test_torchrun_inside_slurm_uses_the_torchrun_rank() -> None:
     env = {"RANK": "9", "SLURM_PROCID": "1", "SLURM_JOB_ID": "77"}
-    assert identify(env).learner_id == "slurm77-rank9"
+    assert identify(env).learner_id == "rank9"
     assert identify(env).launcher == "torchrun"
+    assert identify(env).job == "77"
+    assert identify({**env, "SLURM_ARRAY_TASK_ID": "4"}).learner_id == "task4-rank9"
 
 
 def test_kubernetes_gives_the_pod_name() -> None:
@@ -72,7 +78,7 @@ def test_a_hostname_with_odd_characters_becomes_one_key_segment() -> None:
     assert identify({"KUBERNETES_SERVICE_HOST": "x"}, hostname="///").learner_id == "host"
 
 
-@pytest.mark.parametrize("name", ["RANK", "SLURM_PROCID"])
+@pytest.mark.parametrize("name", ["RANK", "SLURM_PROCID", "SLURM_ARRAY_TASK_ID"])
 def test_a_rank_that_is_not_a_number_is_refused_naming_the_variable(name: str) -> None:
     with pytest.raises(ConfigurationError, match=name):
         learner_id({name: "zero"})

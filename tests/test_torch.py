@@ -20,6 +20,9 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402 - after the importorskip above
 
 from gradientmail import ConfigurationError, Mailbox, Session, WorkerError  # noqa: E402
+from gradientmail.patterns.leases import Lease  # noqa: E402
+from gradientmail.patterns.progress import RunLayout  # noqa: E402
+from gradientmail.patterns.unit_claims import UnitClaims  # noqa: E402
 from gradientmail.status import read_status  # noqa: E402
 from gradientmail.torch import SharedQueueDataset  # noqa: E402
 from tests.rigs import Rig  # noqa: E402
@@ -192,6 +195,30 @@ def test_a_session_of_the_rank_is_used_without_workers(rig_file: Rig) -> None:
     assert session.units_finished == len(UNITS)
     assert session.steps == sum(EVERY_ITEM.values())  # counted once, by the loop
     assert [row["learner"] for row in read_status(box).learners] == ["rank0"]
+
+
+def ghost_holding_u00(box: Mailbox) -> None:
+    """A learner that claimed unit u00 and died (its lease is never renewed)."""
+    ghost = Lease(box, "leases/ghost", "ghost", duration=0.3)
+    ghost.acquire()
+    UnitClaims(box, RunLayout(0), "ghost", ghost.incarnation).claim("u00")
+
+
+def test_a_dead_learners_unit_waits_for_its_restart_unless_told_to_wait(rig_file: Rig) -> None:
+    box = rig_file.fresh()
+    ghost_holding_u00(box)
+    dataset = SharedQueueDataset(UNITS, mailbox=box, load=load, learner_id="r", lease=0.3)
+    got = epoch_items(DataLoader(dataset, batch_size=None))
+    assert got == Counter({item: 1 for item in EVERY_ITEM if item[0] != 0})
+    status = read_status(box)
+    assert (status.done, status.in_progress) == (len(UNITS) - 1, 1)  # shown, not hidden
+    waiting = SharedQueueDataset(
+        UNITS, mailbox=box, load=load, learner_id="s", lease=0.3, wait_for_others=True
+    )
+    assert epoch_items(DataLoader(waiting, batch_size=None)) == Counter(
+        {(0, 0): 1, (0, 1): 1, (0, 2): 1}
+    )
+    assert read_status(box).complete
 
 
 def test_arguments_are_checked_in_the_training_process(rig_file: Rig) -> None:

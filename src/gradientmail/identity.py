@@ -11,11 +11,12 @@ from the environment the launcher sets, so training scripts need not build it by
 
 What it reads, first match wins:
 
-* **torchrun** (``RANK`` is set): ``rank{RANK}``, with ``slurm{SLURM_JOB_ID}-`` in front
-  when torchrun runs inside a SLURM job. Also read: ``LOCAL_RANK``, ``GROUP_RANK``,
-  ``WORLD_SIZE`` and ``TORCHELASTIC_RESTART_COUNT``.
-* **SLURM** (``SLURM_PROCID`` is set): ``slurm{SLURM_JOB_ID}-rank{SLURM_PROCID}``. Also
-  read: ``SLURM_LOCALID``, ``SLURM_NODEID`` and ``SLURM_NTASKS``.
+* **torchrun** (``RANK`` is set): ``rank{RANK}``. Also read: ``LOCAL_RANK``,
+  ``GROUP_RANK``, ``WORLD_SIZE`` and ``TORCHELASTIC_RESTART_COUNT``.
+* **SLURM** (``SLURM_PROCID`` is set): ``rank{SLURM_PROCID}``. Also read:
+  ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NTASKS`` and ``SLURM_JOB_ID``.
+* In a **SLURM job array** (``SLURM_ARRAY_TASK_ID`` is set), either id gets
+  ``task{SLURM_ARRAY_TASK_ID}-`` in front: ``task7-rank0``.
 * **Kubernetes** (``KUBERNETES_SERVICE_HOST`` is set): the pod's hostname.
 * **anything else**: ``{hostname}-{pid}``.
 
@@ -25,10 +26,12 @@ Why these ids:
   (``TORCHELASTIC_RESTART_COUNT`` counts those restarts; it is reported in
   :attr:`Identity.restart` but kept out of the id, so the restarted rank takes back its
   own units instead of waiting a whole lease for them).
-* The SLURM job id keeps the learners of two jobs on one URL apart (every task of a job
-  array is its own job with ``SLURM_PROCID`` 0). A requeued job keeps its job id, so it
-  resumes its own units; a job submitted anew gets a new id, and its predecessor's
-  unfinished units are taken over once their leases lapse.
+* The array task id keeps the tasks of a job array apart (each has ``SLURM_PROCID`` 0)
+  and is the same when a task is requeued or the array submitted again, so each task
+  resumes its own units. The job id is not in the id for the same reason: a job submitted
+  again gets a new one. Two different jobs running at once on one URL therefore share
+  ids, and the second to start is refused (``ConfigurationError``: the id is in use)
+  rather than mixed in: give each job its own URL.
 * In a Kubernetes pod the hostname is the pod's name, which a StatefulSet or an indexed
   Job keeps across restarts. Run one learner per pod, or add your own suffix.
 * Elsewhere the process id makes the id unique on its host, but a restarted process gets a
@@ -72,6 +75,8 @@ class Identity:
     restart: int | None = None
     #: The SLURM job id, when inside a SLURM job.
     job: str | None = None
+    #: The SLURM job array's task id (``SLURM_ARRAY_TASK_ID``), when in a job array.
+    task: int | None = None
 
 
 def _int(environ: Mapping[str, str], name: str) -> int | None:
@@ -108,7 +113,8 @@ def identify(environ: Mapping[str, str] | None = None, hostname: str | None = No
     """
     env = os.environ if environ is None else environ
     job = env.get("SLURM_JOB_ID") or None
-    prefix = f"slurm{_segment(job)}-" if job else ""
+    task = _int(env, "SLURM_ARRAY_TASK_ID")
+    prefix = "" if task is None else f"task{task}-"
     rank = _int(env, "RANK")
     if rank is not None:
         identity = Identity(
@@ -120,6 +126,7 @@ def identify(environ: Mapping[str, str] | None = None, hostname: str | None = No
             world_size=_int(env, "WORLD_SIZE"),
             restart=_int(env, "TORCHELASTIC_RESTART_COUNT"),
             job=job,
+            task=task,
         )
     elif (procid := _int(env, "SLURM_PROCID")) is not None:
         identity = Identity(
@@ -130,6 +137,7 @@ def identify(environ: Mapping[str, str] | None = None, hostname: str | None = No
             node_rank=_int(env, "SLURM_NODEID"),
             world_size=_int(env, "SLURM_NTASKS"),
             job=job,
+            task=task,
         )
     else:
         host = _segment(socket.gethostname() if hostname is None else hostname)
@@ -144,8 +152,8 @@ def identify(environ: Mapping[str, str] | None = None, hostname: str | None = No
 def learner_id(environ: Mapping[str, str] | None = None) -> str:
     """This process's learner id, from its launcher's environment (see the module table).
 
-    Stable across restarts under torchrun, SLURM (same job) and Kubernetes (same pod name);
-    ``{hostname}-{pid}`` elsewhere. Always one valid key segment.
+    Stable across restarts under torchrun, SLURM (requeued or submitted again) and
+    Kubernetes (same pod name); ``{hostname}-{pid}`` elsewhere. Always one valid key segment.
 
     Raises:
         ConfigurationError: a rank variable is set but is not an integer >= 0.

@@ -25,8 +25,12 @@ Guarantees
     * **An epoch ends when no unit is free.** A worker's iteration ends as soon as every
       unit is claimed (``shared_queue(wait_for_others=False)``): it never waits for units
       another worker or rank holds, which would deadlock lockstep training and a DataLoader
-      that collects its workers' batches in order. A worker or rank that dies leaves its
-      units to a restart of the job, which resumes the epoch.
+      that collects its workers' batches in order. Units held by a worker or rank that dies
+      are finished when it restarts under the same learner id (same rank, same
+      ``num_workers``), which resumes them first; until then ``gradientmail status`` shows
+      them in progress. ``wait_for_others=True`` waits instead, and takes over the units of
+      learners that died: only without lockstep training, and with ``num_workers`` 0 or 1
+      or ``DataLoader(in_order=False)``.
     * **Epochs.** :meth:`SharedQueueDataset.set_epoch` ``(k)`` makes the next iteration
       epoch ``k`` (``shared_queue(epoch=k)``, with the ``shuffle`` seed). The epoch lives in
       shared memory, so workers kept by ``persistent_workers=True`` see it too. Iterating
@@ -96,6 +100,9 @@ class SharedQueueDataset(IterableDataset[T]):
         shuffle: a seed for a per-epoch preference order, the same on every learner.
         lease: seconds without renewal after which others may take a learner's units.
         publish_every: seconds between the workers' progress publications.
+        wait_for_others: wait for units other learners hold, and take over those of
+            learners that die, instead of ending the epoch when no unit is free (see the
+            module docstring for when that is safe).
 
     Raises:
         ConfigurationError: a bad argument (checked here, in the training process, not in
@@ -115,6 +122,7 @@ class SharedQueueDataset(IterableDataset[T]):
         shuffle: int | None = None,
         lease: float = DEFAULT_LEASE,
         publish_every: float = 5.0,
+        wait_for_others: bool = False,
     ) -> None:
         if not isinstance(units, Mapping):
             raise ConfigurationError(
@@ -134,6 +142,9 @@ class SharedQueueDataset(IterableDataset[T]):
         self.shuffle = shuffle
         self.lease = float(positive(lease, "lease"))
         self.publish_every = float(positive(publish_every, "publish_every"))
+        if not isinstance(wait_for_others, bool):
+            raise ConfigurationError(f"wait_for_others must be True or False: {wait_for_others!r}")
+        self.wait_for_others = wait_for_others
         # Shared memory: workers started before set_epoch (persistent_workers) read it too.
         self._epoch: Any = RawValue("q", 0)
         self._worker_box: tuple[int, Mailbox] | None = None
@@ -208,7 +219,7 @@ class SharedQueueDataset(IterableDataset[T]):
                 epoch=epoch,
                 lease=self.lease,
                 session=session,
-                wait_for_others=False,
+                wait_for_others=self.wait_for_others,
             ) as items:
                 for item in items:
                     if own:
