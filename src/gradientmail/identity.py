@@ -79,6 +79,14 @@ class Identity:
     task: int | None = None
 
 
+#: Launcher -> the variables holding (rank, local rank, node rank, world size, restarts),
+#: tried in this order: torchrun inside a SLURM job is torchrun.
+_LAUNCHERS: dict[str, tuple[str, str, str, str, str]] = {
+    "torchrun": ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"),
+    "slurm": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", ""),
+}
+
+
 def _int(environ: Mapping[str, str], name: str) -> int | None:
     value = environ.get(name)
     if value is None or value == "":
@@ -115,30 +123,22 @@ def identify(environ: Mapping[str, str] | None = None, hostname: str | None = No
     job = env.get("SLURM_JOB_ID") or None
     task = _int(env, "SLURM_ARRAY_TASK_ID")
     prefix = "" if task is None else f"task{task}-"
-    rank = _int(env, "RANK")
-    if rank is not None:
+    for launcher, (rank_of, local_of, node_of, world_of, restart_of) in _LAUNCHERS.items():
+        rank = _int(env, rank_of)
+        if rank is None:
+            continue
         identity = Identity(
             learner_id=f"{prefix}rank{rank}",
-            launcher="torchrun",
+            launcher=launcher,
             rank=rank,
-            local_rank=_int(env, "LOCAL_RANK"),
-            node_rank=_int(env, "GROUP_RANK"),
-            world_size=_int(env, "WORLD_SIZE"),
-            restart=_int(env, "TORCHELASTIC_RESTART_COUNT"),
+            local_rank=_int(env, local_of),
+            node_rank=_int(env, node_of),
+            world_size=_int(env, world_of),
+            restart=_int(env, restart_of) if restart_of else None,
             job=job,
             task=task,
         )
-    elif (procid := _int(env, "SLURM_PROCID")) is not None:
-        identity = Identity(
-            learner_id=f"{prefix}rank{procid}",
-            launcher="slurm",
-            rank=procid,
-            local_rank=_int(env, "SLURM_LOCALID"),
-            node_rank=_int(env, "SLURM_NODEID"),
-            world_size=_int(env, "SLURM_NTASKS"),
-            job=job,
-            task=task,
-        )
+        break
     else:
         host = _segment(socket.gethostname() if hostname is None else hostname)
         if env.get("KUBERNETES_SERVICE_HOST"):
