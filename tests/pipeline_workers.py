@@ -94,9 +94,17 @@ def consume_to_queue(url: str, names: list[str], consumer: str, out: Any) -> Non
         out.put((consumer, [], f"{type(exc).__name__}: {exc}"))
 
 
-def produce_and_report(url: str, names: list[str], name: str, count: int, out: Any) -> None:
+def produce_and_report(
+    url: str,
+    names: list[str],
+    name: str,
+    count: int,
+    out: Any,
+    options: dict[str, Any] | None = None,
+) -> None:
     try:
-        produce(url, names, name, count, delay=0.02, pipe_options={"stall_timeout": 30, **FAST})
+        pipe_options = {"stall_timeout": 30, **FAST}
+        produce(url, names, name, count, options=options, delay=0.02, pipe_options=pipe_options)
         out.put(None)
     except BaseException as exc:  # noqa: BLE001 - reported to the test
         out.put(f"{type(exc).__name__}: {exc}")

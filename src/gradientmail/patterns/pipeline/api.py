@@ -233,7 +233,8 @@ class Pipeline(Generic[T]):
 
         Open one handle per process on the same mailbox URL with the same arguments. Each
         item is claimed with ``put_if_absent`` and the claim is read back, so each is
-        delivered exactly once.
+        delivered exactly once; the items a consumer that dies had prefetched are taken
+        over by the others (``docs/pipeline.md`` says exactly what is guaranteed then).
 
         Args:
             mailbox: the run's mailbox; a new run needs a new, empty namespace.
@@ -242,11 +243,13 @@ class Pipeline(Generic[T]):
                 ``ceil(capacity / len(producers))`` (see Backpressure in ``docs/pipeline.md``).
             stall_timeout: see :meth:`in_process`.
             prefetch: items a consumer claims and reads ahead of its loop.
-            heartbeat_interval: seconds between renewals of a producer's lease (see
-                :class:`gradientmail.patterns.leases.Lease`); also how often producers and
-                idle consumers look for an abort.
-            lease: seconds a producer's lease may go unrenewed, by a consumer's clock,
-                before that consumer declares it lost.
+            heartbeat_interval: seconds between renewals of each producer's and consumer's
+                lease (see :class:`gradientmail.patterns.leases.Lease`); also how often
+                producers and idle consumers look for an abort or a dead peer.
+            lease: seconds a producer's or consumer's lease may go unrenewed, by another
+                consumer's clock, before that consumer declares it lost: a lost producer
+                ends the run with ``ProducerLostError``, a lost consumer's prefetched items
+                are taken over. A process paused longer than this is fenced.
             poll_interval: the longest pause between polls of the store when idle (polls
                 start at a millisecond and back off to this).
 
