@@ -9,6 +9,7 @@ themselves (SIGKILL, SIGSTOP) at a random point while holding prefetched items, 
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 import random
@@ -207,7 +208,10 @@ def test_a_paused_consumer_is_fenced_and_never_returns_an_item_taken_over(
 # -- a consumer leaves, restarts, or shares an id -------------------------------------------
 
 
-def test_items_a_closed_consumer_had_prefetched_go_to_the_others(rig: Rig) -> None:
+def test_items_a_closed_consumer_had_prefetched_go_to_the_others(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gradientmail")
     url = rig.url()
     counts = {"a": 12}
     with open_pipe(url, ["a"], rig.options).producer("a") as out:
@@ -231,6 +235,9 @@ def test_items_a_closed_consumer_had_prefetched_go_to_the_others(rig: Rig) -> No
     assert stayer.stats().consumers["stayer"].taken_over >= 2
     claims = claims_of(from_url(url, **(rig.options or {})), counts)
     assert {i for i, c in claims.items() if c.taken_from == "leaver"} <= set(rest)
+    # An operator is told which consumer's items were taken over, and by whom.
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("'leaver'" in m and "'stayer' takes them over" in m for m in warned), warned
 
 
 def test_a_restarted_consumer_takes_back_its_prefetched_items_without_waiting(

@@ -11,6 +11,7 @@ It also turns a producer's end record into the error consumers raise.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from gradientmail.patterns.pipeline.over_mailbox import MailboxSettings
 
 __all__ = ["Cursor", "ProducerWatch"]
+
+#: A producer declared lost at WARNING.
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -119,7 +123,15 @@ class ProducerWatch:
             count += 1
         silent = self._settings.lease
         lost = End("lost", count=count, by=self._consumer, token=None, silent_s=silent)
-        self._box.put_if_absent(end_key(producer), lost.to_bytes())
+        if self._box.put_if_absent(end_key(producer), lost.to_bytes()):
+            _log.warning(
+                "consumer %r declared producer %r lost after %d item(s): its lease was not "
+                "renewed for %.1fs",
+                self._consumer,
+                producer,
+                count,
+                silent,
+            )
         cursor.end = End.read(self._box, end_key(producer))
 
     def describe_unfinished(self) -> str:

@@ -26,6 +26,7 @@ them.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from gradientmail.errors import PipelineError
@@ -37,6 +38,9 @@ __all__ = ["Undelivered"]
 
 #: An owner: its consumer id and lease incarnation.
 Owner = tuple[str, int]
+
+#: A consumer found dead with undelivered items at WARNING; each item taken over at INFO.
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -106,6 +110,15 @@ class Undelivered:
             if not group.dead and now - group.observed >= self._period:
                 group.observed = now
                 group.dead = self._is_dead(owner)
+                if group.dead:
+                    _log.warning(
+                        "consumer %r (incarnation %d) is gone with item(s) claimed and not "
+                        "returned (%s); %r takes them over",
+                        owner[0],
+                        owner[1],
+                        _describe(group),
+                        self._claims.owner,
+                    )
             if group.dead:
                 held = self._take_from(owner, group)
                 if held is not None:
@@ -143,6 +156,12 @@ class Undelivered:
                 assert version is not None
                 held = self._claims.take_over(producer, seq, claim, version)
                 if held is not None:
+                    _log.info(
+                        "%r took over item %s from %r",
+                        self._claims.owner,
+                        held.describe(),
+                        owner[0],
+                    )
                     self._drop_if_empty(owner, group)
                     return held
                 current = self._claims.read(producer, seq)  # changed meanwhile: look again
