@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import tempfile
 import threading
 import time
@@ -218,6 +219,7 @@ def run(size: int, fsync: bool, lease: float, unit_s: float = 0.0) -> dict[str, 
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - start
+    shutil.rmtree(root, ignore_errors=True)
     if errors:
         raise errors[0]
     assert sum(claimed) == size, (sum(claimed), size)

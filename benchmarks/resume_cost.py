@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -150,12 +152,24 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=2.0, help="lease seconds")
     parser.add_argument("--memory", action="store_true", help="memory:// instead of file://")
     args = parser.parse_args()
-    size = args.units
+    roots: list[str] = []
 
     def new_url(name: str) -> str:
         if args.memory:
             return f"memory://resume-cost-{name}-{time.time_ns()}"
-        return f"file://{tempfile.mkdtemp(prefix=f'gm-resume-{name}-')}?fsync=false"
+        roots.append(tempfile.mkdtemp(prefix=f"gm-resume-{name}-"))
+        return f"file://{roots[-1]}?fsync=false"
+
+    try:
+        report(args, new_url)
+    finally:
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def report(args: argparse.Namespace, new_url: Callable[[str], str]) -> None:
+    """Build the run, resume it, run the baselines, and print the figures."""
+    size = args.units
 
     url = new_url("run")
     store = from_url(url)
