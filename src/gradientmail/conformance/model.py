@@ -5,8 +5,10 @@ A :class:`~hypothesis.stateful.RuleBasedStateMachine` applies random sequences o
 ``get_versioned`` / ``put_if_match`` to the mailbox and to a ``dict``, and checks after each
 step that they agree. Keys are drawn from a small set that collides on purpose (``a``,
 ``a/b``, ``ab``, ``a b``, ...) and values from a small set that repeats on purpose (so a
-version that is a content hash shows up as ABA). Any disagreement is shrunk to a minimal
-program, which becomes the counterexample. Each program runs in a fresh namespace.
+version that is a content hash shows up as ABA). A mailbox that declares
+``versions_name_bytes`` (S3) is held to that promise instead: a replaced version may match
+again only while the key holds the very bytes it named. Any disagreement is shrunk to a
+minimal program, which becomes the counterexample. Each program runs in a fresh namespace.
 
 The run is seeded by :attr:`Context.seed`, so ``--seed S`` replays the same programs.
 """
@@ -22,6 +24,7 @@ from gradientmail.conformance.context import (
     failure_text,
     require_hypothesis,
 )
+from gradientmail.conformance.properties.semantics import versions_name_bytes
 from gradientmail.errors import KeyNotFoundError
 from gradientmail.mailbox import Capability, Version
 
@@ -46,6 +49,7 @@ def run_model(ctx: Context) -> str:
 
     box = ctx.box
     cas = box.supports(Capability.COMPARE_AND_SWAP)
+    by_bytes = versions_name_bytes(box)
     programs = itertools.count()
     steps = [0]
     keys = st.sampled_from(KEYS)
@@ -60,6 +64,7 @@ def run_model(ctx: Context) -> str:
             self.model: dict[str, bytes] = {}
             self.current: dict[str, Version] = {}  # versions known to be current
             self.stale: dict[str, list[Version]] = {}  # versions known to be replaced
+            self.named: dict[Version, bytes] = {}  # the bytes each version was read with
 
         def _replaced(self, key: str) -> None:
             version = self.current.pop(key, None)
@@ -124,6 +129,7 @@ def run_model(ctx: Context) -> str:
                 f"get_versioned({key!r}) returned {data!r}, model has {self.model.get(key)!r}"
             )
             self.current[key] = version
+            self.named[version] = data
 
         @precondition(lambda self: cas and bool(self.current))
         @rule(choice=st.data(), data=values)
@@ -134,6 +140,7 @@ def run_model(ctx: Context) -> str:
             assert new is not None, f"put_if_match({key!r}) with the current version returned None"
             self._replaced(key)
             self.current[key] = new
+            self.named[new] = data
             self.model[key] = data
 
         @precondition(lambda self: cas and any(self.stale.values()))
@@ -143,9 +150,17 @@ def run_model(ctx: Context) -> str:
             key = choice.draw(st.sampled_from(sorted(k for k, v in self.stale.items() if v)))
             version = choice.draw(st.sampled_from(self.stale[key]), label="stale version")
             new = box.put_if_match(self.ns + key, data, version)
-            assert new is None, (
-                f"put_if_match({key!r}) with a replaced version succeeded "
-                "(versions must never repeat, even when the same bytes are written again)"
+            if new is not None and by_bytes and self.named.get(version) == self.model.get(key):
+                # Declared: the key holds the bytes this version named, so it matches (ABA).
+                self._replaced(key)
+                self.current[key] = new
+                self.named[new] = data
+                self.model[key] = data
+                return
+            assert new is None, f"put_if_match({key!r}) with a replaced version succeeded " + (
+                "while the key held other bytes"
+                if by_bytes
+                else "(versions must never repeat, even when the same bytes are written again)"
             )
             self._expect(key, "after a refused put_if_match")
 

@@ -18,7 +18,7 @@ from gradientmail.conformance.context import (
     shown,
 )
 from gradientmail.errors import KeyNotFoundError, NotSupportedError, TransientBackendError
-from gradientmail.mailbox import Capability, Version
+from gradientmail.mailbox import Capability, Mailbox, Version
 
 __all__ = [
     "SEMANTIC_PROPERTIES",
@@ -28,6 +28,7 @@ __all__ = [
     "check_precondition_honoured",
     "check_read_after_write",
     "check_stateful_model",
+    "versions_name_bytes",
 ]
 
 
@@ -119,8 +120,27 @@ def check_precondition_honoured(ctx: Context) -> str:
     return "a second create returns False and leaves the first value; put() overwrites"
 
 
+def versions_name_bytes(box: object) -> bool:
+    """Whether ``box`` declares that a version names the bytes stored, not one write.
+
+    ``True`` for a :class:`~gradientmail.backends.base.BaseMailbox` that sets
+    ``versions_name_bytes`` (S3: the ETag); any other mailbox is held to the stronger
+    promise, that versions never repeat for a key.
+    """
+    return isinstance(box, BaseMailbox) and box.versions_name_bytes
+
+
 def check_compare_and_swap(ctx: Context) -> str:
-    """CAS: a current version swaps, a stale or foreign or missing one returns None, no ABA."""
+    """CAS: a current version swaps; a stale, foreign or missing one returns None; ABA as promised.
+
+    Each backend makes one of two promises, and the summary states which was checked:
+
+    * a version names one write (memory://, file://, GCS, Azure): it never repeats for a
+      key, so after ``put`` rewrote the original bytes, the first version must not match;
+    * a version names the bytes stored (S3's ETag, declared by ``versions_name_bytes``):
+      identical bytes may share a version, so the first version may match again (ABA),
+      and the summary says whether it did. It must still never match different bytes.
+    """
     box = ctx.box
     key = ctx.key("cas")
     if not box.supports(Capability.COMPARE_AND_SWAP):
@@ -142,6 +162,7 @@ def check_compare_and_swap(ctx: Context) -> str:
             f"{box.url} does not declare Capability.COMPARE_AND_SWAP (its CAS methods "
             "correctly raise NotSupportedError)"
         )
+    by_bytes = versions_name_bytes(box)
     box.put(key, b"v1")
     data, v1 = box.get_versioned(key)
     if data != b"v1":
@@ -158,13 +179,7 @@ def check_compare_and_swap(ctx: Context) -> str:
         raise PropertyFailed(
             "put_if_match with the version returned by the previous put_if_match failed"
         )
-    # ABA: the same bytes written again must not revive an old version.
-    box.put(key, b"v1")
-    if box.put_if_match(key, b"aba", v1) is not None:
-        raise PropertyFailed(
-            "ABA: after put() rewrote the original bytes, the first version matched again; "
-            "versions must never repeat (a content hash is not a version)"
-        )
+    aba = _check_aba(box, key, v1, by_bytes)
     other = ctx.key("cas-other")
     box.put(other, b"v1")
     if box.put_if_match(other, b"foreign", v3) is not None:
@@ -177,7 +192,39 @@ def check_compare_and_swap(ctx: Context) -> str:
     data, fresh = box.get_versioned(other)
     if box.put_if_match(other, b"ok", fresh) is None:
         raise PropertyFailed("put_if_match failed with a fresh version of a re-created key")
-    return "current version swaps; stale, ABA, foreign and missing versions change nothing"
+    if by_bytes:
+        return (
+            "versions name the bytes stored (declared): current version swaps; stale, foreign "
+            f"and missing versions change nothing; {aba}"
+        )
+    return (
+        "versions name one write: current version swaps; stale, ABA, foreign and missing "
+        "versions change nothing"
+    )
+
+
+def _check_aba(box: Mailbox, key: str, first: Version, by_bytes: bool) -> str:
+    """Rewrite the bytes ``first`` named, then swap from ``first``: what the promise allows."""
+    box.put(key, b"v1")
+    revived = box.put_if_match(key, b"aba", first)
+    stored = get_or_none(box, key)
+    if revived is None:
+        if stored != b"v1":
+            raise PropertyFailed(
+                f"a refused put_if_match changed the stored value to {shown(stored)}"
+            )
+        return "rewriting identical bytes did not revive the first version"
+    if not by_bytes:
+        raise PropertyFailed(
+            "ABA: after put() rewrote the original bytes, the first version matched again; "
+            "versions must never repeat (a content hash is not a version), unless the "
+            "backend declares versions_name_bytes"
+        )
+    if stored != b"aba":
+        raise PropertyFailed(
+            f"put_if_match with a revived version returned a version but stored {shown(stored)}"
+        )
+    return "rewriting identical bytes revived the first version (ABA), as declared"
 
 
 def check_lost_response(ctx: Context) -> str:
