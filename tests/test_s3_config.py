@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,7 @@ from gradientmail.errors import (
 )
 from tests.emulators import free_port
 from tests.emulators.s3 import AWS_TEST_ENV, BUCKET
+from tests.faultproxy import FaultProxy, match
 from tests.rigs import Rig
 
 pytestmark = pytest.mark.emulator
@@ -276,3 +278,178 @@ def test_many_threads_share_one_mailbox_without_pool_warnings(
         thread.join()
     assert results == [True] * 32
     assert "Connection pool is full" not in caplog.text
+
+
+# -- options for S3-compatible stores ------------------------------------------------------------
+
+
+class _Sent(Exception):
+    """Raised by a request hook once it has seen the request: nothing goes on the wire."""
+
+
+def _first_request(box_options: dict[str, Any], url: str = f"s3://{BUCKET}/run") -> Any:
+    """The first request a mailbox opened with these options would send (a PutObject)."""
+    import boto3
+
+    session = boto3.session.Session()
+    seen: list[Any] = []
+
+    def hook(request: Any, **_: Any) -> None:
+        seen.append(request)
+        raise _Sent
+
+    session.events.register("before-send.s3", hook)
+    box = from_url(url, session=session, **box_options)
+    with pytest.raises(_Sent):
+        box.put_if_absent("k", b"v")
+    return seen[0]
+
+
+@pytest.mark.parametrize(
+    ("options", "address"),
+    [
+        ({"endpoint_url": "http://store.example:9000"}, "http://store.example:9000/gm-tests/run/k"),
+        (
+            {"endpoint_url": "http://store.example:9000", "addressing_style": "virtual"},
+            "http://gm-tests.store.example:9000/run/k",
+        ),
+        ({"region": "us-east-1"}, "https://gm-tests.s3.amazonaws.com/run/k"),
+        (
+            {"region": "us-east-1", "addressing_style": "path"},
+            "https://s3.amazonaws.com/gm-tests/run/k",
+        ),
+    ],
+)
+def test_addressing_style_decides_where_the_bucket_goes(
+    aws_test_env: dict[str, str], options: dict[str, Any], address: str
+) -> None:
+    assert _first_request(options).url == address
+
+
+def test_options_for_s3_compatible_stores_work_as_url_query_parameters(
+    aws_test_env: dict[str, str],
+) -> None:
+    query = "addressing_style=virtual&signature_version=s3&endpoint_url=http://store.example:9000"
+    request = _first_request({}, f"s3://{BUCKET}/run?{query}")
+    assert request.url == "http://gm-tests.store.example:9000/run/k"
+    assert request.headers["Authorization"].startswith(b"AWS ")  # SigV2
+
+
+@pytest.mark.parametrize(("version", "scheme"), [("s3v4", b"AWS4-HMAC-SHA256 "), ("s3", b"AWS ")])
+def test_signature_version_decides_how_requests_are_signed(
+    seaweed_endpoint: str, version: str, scheme: bytes
+) -> None:
+    # SeaweedFS checks every signature: a round trip proves the store accepted it.
+    with FaultProxy(seaweed_endpoint) as proxy:
+        box = from_url(
+            f"s3://{BUCKET}/sig-{uuid.uuid4().hex[:8]}",
+            endpoint_url=proxy.url,
+            signature_version=version,
+            addressing_style="path",
+        )
+        assert box.put_if_absent("k", b"v")
+        assert box.get("k") == b"v"
+        signed = {r.headers["authorization"].encode()[: len(scheme)] for r in proxy.requests}
+    assert signed == {scheme}
+    assert (
+        _first_request({"signature_version": version}).headers["Authorization"].startswith(scheme)
+    )
+
+
+def test_max_pool_connections_sizes_the_connection_pool(
+    rig_s3_moto: Rig, moto_endpoint: str
+) -> None:
+    default = rig_s3_moto.fresh()
+    small = from_url(f"{rig_s3_moto.url()}?max_pool_connections=3", endpoint_url=moto_endpoint)
+    assert default._client().meta.config.max_pool_connections == 64  # type: ignore[attr-defined]
+    assert small._client().meta.config.max_pool_connections == 3  # type: ignore[attr-defined]
+    small.put("k", b"v")
+    assert small.get("k") == b"v"
+
+
+@pytest.mark.parametrize(
+    ("options", "complaint"),
+    [
+        ({"max_pool_connections": 0}, "at least 1"),
+        ({"max_pool_connections": "many"}, "at least 1"),
+        ({"max_pool_connections": True}, "at least 1"),
+        ({"addressing_style": "dns"}, "auto, virtual, path"),
+        ({"signature_version": "v2"}, "s3v4, s3"),
+        ({"session": "default"}, "cannot be given in the URL"),
+        ({"session": object()}, "expected a boto3.session.Session"),
+        ({"config": {"connect_timeout": 1}}, "expected a botocore.config.Config"),
+    ],
+)
+def test_invalid_s3_compatible_options_are_configuration_errors(
+    options: dict[str, Any], complaint: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(complaint)):
+        from_url(f"s3://{BUCKET}/run", **options)
+
+
+def test_python_objects_are_refused_in_the_url_query() -> None:
+    for name in ("session", "config"):
+        with pytest.raises(ConfigurationError, match="keyword argument"):
+            from_url(f"s3://{BUCKET}/run?{name}=x")
+
+
+def test_a_session_is_not_given_with_a_profile(aws_test_env: dict[str, str]) -> None:
+    import boto3
+
+    with pytest.raises(ConfigurationError, match="either the session option or the profile"):
+        from_url(f"s3://{BUCKET}/run", session=boto3.session.Session(), profile="other")
+
+
+def test_a_config_is_merged_but_never_turns_botocore_retries_on(
+    rig_s3_moto: Rig, moto_endpoint: str
+) -> None:
+    from botocore.config import Config
+
+    theirs = Config(
+        connect_timeout=7,
+        read_timeout=8,
+        retries={"mode": "standard", "max_attempts": 10},
+        s3={"us_east_1_regional_endpoint": "regional"},
+    )
+    with FaultProxy(moto_endpoint) as proxy:
+        box = from_url(
+            rig_s3_moto.url(),
+            endpoint_url=proxy.url,
+            config=theirs,
+            read_timeout=9,
+            addressing_style="path",
+        )
+        merged = box._client().meta.config  # type: ignore[attr-defined]
+        assert (merged.connect_timeout, merged.read_timeout) == (7, 9)  # named options win
+        assert merged.s3 == {"us_east_1_regional_endpoint": "regional", "addressing_style": "path"}
+        assert merged.max_pool_connections == 64
+        # Each attempt of the shared retry policy is one request: botocore retried nothing.
+        proxy.fail(match(method="PUT"), status=503, times=2)
+        assert box.put_if_absent("k", b"v")
+        assert proxy.count(match(method="PUT")) == 3
+
+
+def test_a_session_makes_the_client_and_is_left_out_of_pickles(
+    seaweed_endpoint: str, aws_test_env: dict[str, str]
+) -> None:
+    import boto3
+    from botocore.config import Config
+
+    wrong_secret = "wrong-secret-" + uuid.uuid4().hex
+    session = boto3.session.Session(
+        aws_access_key_id=aws_test_env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=wrong_secret,
+        region_name="us-east-1",
+    )
+    url = f"s3://{BUCKET}/session-{uuid.uuid4().hex[:8]}"
+    box = from_url(url, endpoint_url=seaweed_endpoint, session=session, config=Config())
+    with pytest.raises(AccessDeniedError):  # SeaweedFS checked the session's credentials
+        box.put_if_absent("k", b"v")
+    data = pickle.dumps(box)
+    assert wrong_secret.encode() not in data
+    clone = pickle.loads(data)
+    # The copy opens its client from the standard chain (here the environment's).
+    assert clone.put_if_absent("k", b"v") is True
+    assert clone.url == box.url
+    right = boto3.session.Session(region_name="us-east-1")
+    assert from_url(url, endpoint_url=seaweed_endpoint, session=right).get("k") == b"v"
