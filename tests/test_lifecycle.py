@@ -398,3 +398,35 @@ def test_status_of_a_url_without_a_run_exits_1_and_creates_nothing(
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["status", str(empty)]) == 1
+
+
+def test_completions_keep_up_units_held_stay_bounded(box: Mailbox) -> None:
+    """A fast loop never runs far ahead of its completion records (a kill loses little)."""
+    units = units_of(400)
+    most = 0
+    with shared_queue(units, mailbox=box, learner_id="solo", load=lambda u: [u], prefetch=2) as q:
+        for _ in q:
+            most = max(most, q.stats.units_finished - q.stats.units_completed)
+    assert most <= 2 + 2 + 1, most  # the buffer, the bound's margin, the unit just finished
+
+
+def test_waiting_learners_never_record_a_live_owners_completion(rig_file: Rig) -> None:
+    box = rig_file.fresh()
+    units = units_of(300)
+
+    def learn(name: str) -> None:
+        with shared_queue(units, mailbox=box, learner_id=name, load=lambda u: [u]) as queue:
+            list(queue)
+
+    threads = [threading.Thread(target=learn, args=(f"t{n}",)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(done_units(box)) == sorted(units)
+    for unit in units:
+        done = json.loads(box.get("done/" + unit))
+        claim = parse_claim(box.get("units/" + unit))
+        assert claim is not None
+        assert not done.get("repaired"), (unit, done)
+        assert done["by"] == claim.owner, (unit, done, claim.owner)

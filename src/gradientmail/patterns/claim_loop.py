@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from gradientmail.mailbox import Version
     from gradientmail.patterns.shared_queue import QueueStats
 
-__all__ = ["ClaimLoop", "Exhausted", "Failed", "Fenced", "UnitEnd", "UnitStart", "View"]
+__all__ = ["ClaimLoop", "Exhausted", "Failed", "Fenced", "UnitEnd", "UnitStart", "View", "Wake"]
 
 
 class View:
@@ -139,6 +139,12 @@ class Fenced(Control):
         self.error = error
 
 
+class Wake(Control):
+    """Nothing to deliver: wakes the consumer to look at errors raised elsewhere."""
+
+    __slots__ = ()
+
+
 class Exhausted(Control):
     """Every unit is done (or, without compare-and-swap, claimed)."""
 
@@ -180,7 +186,7 @@ class ClaimLoop:
         load: Callable[[Any], Iterable[Any]],
         buffer: HandoffBuffer[Any],
         held: dict[str, Held],
-        held_lock: threading.Lock,
+        held_lock: threading.Condition,
         stats: QueueStats,
         reporter: ProgressReporter | None,
         closing: threading.Event,
@@ -211,6 +217,8 @@ class ClaimLoop:
         self.own: list[tuple[str, ClaimRecord, Version]] = []
         self.refreshed = True
         self.losses = 0  # claims lost in a row since the last listing
+        self.takeovers: list[str] = []  # found takeable by the last scan, not yet taken
+        self.held_limit = buffer.capacity + 2
         self.known: dict[str, tuple[ClaimRecord, Version]] = {}  # open claims, read once
 
     # -- the thread ---------------------------------------------------------------------------
@@ -259,11 +267,16 @@ class ClaimLoop:
 
     def next_unit(self) -> Held | None:
         """The next unit to load, or ``None`` when every unit is done or the queue closed."""
+        if not self.wait_for_completions():
+            return None
         while self.own:
             ident, record, version = self.own.pop(0)
             held = self.claims.take_over(ident, record, version)
             if held is not None:
                 return self.hold(held, reclaimed=True)
+        held = self.next_takeover()
+        if held is not None:
+            return held
         view = self.view
         while not self.closing.is_set():
             p = view.candidate()
@@ -306,6 +319,18 @@ class ClaimLoop:
             if isinstance(found, Held):
                 return found
         return None
+
+    def wait_for_completions(self) -> bool:
+        """Claim nothing while more units are held than the buffer plus two can explain.
+
+        Completions are recorded by a background thread; without this bound a fast loader
+        and consumer could run far ahead of it, and a learner killed then would leave many
+        trained but unrecorded units to be trained again. ``False`` once the queue closes.
+        """
+        with self.held_lock:
+            while len(self.held) > self.held_limit and not self.closing.is_set():
+                self.held_lock.wait()  # notified by each recorded completion and by close
+        return not self.closing.is_set()
 
     def refresh(self) -> None:
         """Mark every claimed unit as taken (one paged listing of the claims)."""
@@ -355,15 +380,12 @@ class ClaimLoop:
                 continue
             record = self.known[ident][0]
             state = UnitClaims.state(record)
-            if state == DONE:
+            if state == DONE and self.is_earlier_self(record):
+                # Our earlier incarnation died between the claim's swap and the record.
                 self.claims.finish_done_claim(ident)
+                del self.known[ident]
             elif state == RELEASED or self.is_earlier_self(record):
-                held = self.take_over(ident)
-                if held is not None:
-                    _log.info(
-                        "%r took unit %r (%s by %r)", self.learner, ident, state, record.owner
-                    )
-                    return held
+                self.takeovers.append(ident)
             else:
                 by_owner.setdefault(record.owner, []).append(ident)
         for owner, claimed in sorted(by_owner.items()):
@@ -371,20 +393,37 @@ class ClaimLoop:
                 continue
             observed = self.watcher.observe(owner)
             if not observed.dead or not self.watcher.declare_lost(owner, self.learner):
-                continue
+                continue  # alive: its units, done claims included, are its own to finish
             for ident in claimed:
+                if UnitClaims.state(self.known[ident][0]) == DONE:
+                    # It died between swapping the claim to done and writing the record.
+                    self.claims.finish_done_claim(ident)
+                    del self.known[ident]
+                    continue
+                _log.warning(
+                    "%r takes over unit %r from %r, whose lease lapsed (%s); it is loaded "
+                    "again from its first item",
+                    self.learner,
+                    ident,
+                    owner,
+                    observed.state,
+                )
+                self.takeovers.append(ident)
+        held = self.next_takeover()
+        return _WAIT if held is None else held
+
+    def next_takeover(self) -> Held | None:
+        """Take the next unit found takeable (released, or its owner declared lost).
+
+        One scan can find many, so they are taken one after another without scanning again.
+        """
+        while self.takeovers:
+            ident = self.takeovers.pop(0)
+            if ident in self.known:
                 held = self.take_over(ident)
                 if held is not None:
-                    _log.warning(
-                        "%r took over unit %r from %r, whose lease lapsed (%s); it is loaded "
-                        "again from its first item",
-                        self.learner,
-                        ident,
-                        owner,
-                        observed.state,
-                    )
                     return held
-        return _WAIT
+        return None
 
     def take_over(self, ident: str) -> Held | None:
         """Take over a remembered open claim; on a lost swap, forget it and look soon."""

@@ -99,6 +99,7 @@ from gradientmail.patterns.claim_loop import (
     UnitEnd,
     UnitStart,
     View,
+    Wake,
 )
 from gradientmail.patterns.leases import Lease
 from gradientmail.patterns.preference import preference_order
@@ -172,7 +173,9 @@ class SharedQueue(Generic[T]):
         self._lease = Lease(mailbox, LEASES_PREFIX + learner_id, learner_id, duration=lease)
         self._buffer: HandoffBuffer[T] = HandoffBuffer(prefetch)
         self._held: dict[str, Held] = {}
-        self._held_lock = threading.Lock()
+        # Guards _held; notified when a completion is recorded and on close, so the loader
+        # can wait for the recorder (see ClaimLoop.wait_for_completions).
+        self._held_lock = threading.Condition()
         self._closing = threading.Event()
         self._pending: list[Held] = []  # completions for the recorder thread
         self._pending_cv = threading.Condition()
@@ -249,6 +252,8 @@ class SharedQueue(Generic[T]):
                 with self._pending_cv:
                     self._pending.append(entry.held)
                     self._pending_cv.notify()
+            elif isinstance(entry, Wake):
+                continue  # the loop's top raises the recorder's error
             elif isinstance(entry, Fenced):
                 self._fail(entry.error)
             elif isinstance(entry, Failed):
@@ -302,6 +307,10 @@ class SharedQueue(Generic[T]):
                     learner=self.learner_id,
                     units=(held.identifier,),
                 )
+            if not recorded:
+                # Wake a consumer blocked on an empty buffer (the loader may be waiting for
+                # this very completion): it raises the error at its next item.
+                self._buffer.put_control(Wake())
             with self._pending_cv:
                 self._pending.pop(0)
                 self._pending_cv.notify_all()
@@ -309,6 +318,7 @@ class SharedQueue(Generic[T]):
                 self.stats.units_completed += 1
                 with self._held_lock:
                     self._held.pop(held.identifier, None)
+                    self._held_lock.notify_all()
 
     def _flush(self) -> None:
         """Wait until every completion handed to the recorder is recorded (or failed)."""
@@ -331,6 +341,8 @@ class SharedQueue(Generic[T]):
         self._closed = True
         self._done = True
         self._closing.set()
+        with self._held_lock:
+            self._held_lock.notify_all()  # a loader waiting for completions stops waiting
         self._buffer.close()
         if self._loader is not None:
             self._loader.stop()
