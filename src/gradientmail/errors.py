@@ -133,12 +133,13 @@ class LeaseLostError(GradientMailError):
     long garbage-collection pause, a network partition) for longer than its lease, or that
     was replaced by a newer incarnation with the same learner id. It delivers no further item
     of a unit it no longer owns and records no completion for one; the other learners finish
-    those units.
+    those units. A pipeline consumer paused past its lease raises it too, naming the item
+    that may have gone to another consumer.
 
     Attributes:
-        learner: the learner id whose lease was lost.
-        units: identifiers of the units that were taken over (may be empty when a newer
-            incarnation fenced this one).
+        learner: the learner (or pipeline consumer) id whose lease was lost.
+        units: identifiers of the units (or items) that were taken over; may be empty when a
+            newer incarnation fenced this one.
     """
 
     def __init__(self, message: str, *, learner: str = "", units: tuple[str, ...] = ()) -> None:
