@@ -30,7 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from gradientmail.conformance.race_reports import CounterReport, RaceReport, payload_for
-from gradientmail.errors import AtomicityViolationError, GradientMailError, OutcomeUnknownError
+from gradientmail.errors import (
+    AtomicityViolationError,
+    EndpointUnreachableError,
+    GradientMailError,
+    OutcomeUnknownError,
+)
 from gradientmail.mailbox import Capability, Mailbox
 
 __all__ = [
@@ -213,9 +218,13 @@ def race_put_if_absent(
                 report.unknown.setdefault(key, []).append(name)
             elif won:
                 report.winners.setdefault(key, []).append(name)
-    for key in key_list:
+    for index, key in enumerate(key_list):
         try:
             report.stored[key] = box.get(key)
+        except EndpointUnreachableError:
+            # Nothing answers: reading the other keys back would only retry, key by key.
+            report.stored.update(dict.fromkeys(key_list[index:]))
+            break
         except GradientMailError:
             report.stored[key] = None
     return report
@@ -270,7 +279,14 @@ def race_winners(
     finally:
         if not keep:
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(box.delete, [f"{prefix}/k{i}" for i in range(keys)]))
+                deletes = [pool.submit(box.delete, f"{prefix}/k{i}") for i in range(keys)]
+                try:
+                    for done in deletes:
+                        done.result()
+                except BaseException:
+                    # The store failed (a dead endpoint): stop, rather than retry every key.
+                    pool.shutdown(cancel_futures=True)
+                    raise
     if not report.ok:
         raise AtomicityViolationError(f"the race on {box.url} failed: {report.counterexample()}")
     wins: dict[str, list[str]] = {name: [] for name in report.racers}
