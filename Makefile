@@ -2,7 +2,7 @@
 #   make demo   - create .venv, install, run the demo on a file:// store in a temp dir
 #   make test   - create .venv, install everything (emulators too), lint, type-check, run
 #                 the whole test suite; the tests start and stop every emulator they need,
-#                 and tests/test_packaging.py builds the wheel and installs it in a fresh venv
+#                 and tests/core/test_packaging.py builds the wheel and installs it in a fresh venv
 #   make wheel-check - only that packaging check (about half a minute)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -47,7 +47,7 @@ test-fast: $(VENV)/.test-installed .emulators/node_modules/.bin/azurite-blob
 	$(BIN)/python -m pytest -m "not slow"
 
 wheel-check: $(VENV)/.test-installed
-	$(BIN)/python -m pytest tests/test_packaging.py
+	$(BIN)/python -m pytest tests/core/test_packaging.py
 
 bench: $(VENV)/.test-installed
 	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -1,8 +1,8 @@
 """Root pytest configuration: loads the backend rigs shared by tests/ and conformance/."""
 
 pytest_plugins = [
-    "tests.rigs",
-    "tests.emulators.s3",
-    "tests.emulators.gcs",
-    "tests.emulators.azure",
+    "tests.support.rigs",
+    "tests.support.emulators.s3",
+    "tests.support.emulators.gcs",
+    "tests.support.emulators.azure",
 ]

@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.emulators
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support.emulators
 
 from gradientmail import from_url
-from tests.emulators import TOOLS_DIR, free_port, port_open, start
+from tests.support.emulators import TOOLS_DIR, free_port, port_open, start
 
 VALUE = b"learner-0 claims this unit" + b"." * 38  # a typical 64-byte claim body
 Op = Callable[[str], None]
@@ -71,7 +71,7 @@ class Target:
 @contextlib.contextmanager
 def _s3(kind: str, workdir: Path) -> Iterator[tuple[Callable[[str], Op], Callable[[str], Op]]]:
     from gradientmail.backends.s3 import _new_client
-    from tests.emulators import s3
+    from tests.support.emulators import s3
 
     os.environ.update(s3.AWS_TEST_ENV)
     server = s3.moto(workdir) if kind == "moto" else s3.seaweed(workdir, workdir / "data")
@@ -107,7 +107,7 @@ def _gcs(workdir: Path) -> Iterator[tuple[Callable[[str], Op], Callable[[str], O
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from tests.emulators import gcs
+    from tests.support.emulators import gcs
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -164,7 +164,7 @@ _AZURITE = TOOLS_DIR / "node_modules" / ".bin" / "azurite-blob"
 def _azure(workdir: Path) -> Iterator[tuple[Callable[[str], Op], Callable[[str], Op]]]:
     from azure.storage.blob import ContainerClient
 
-    from tests.emulators import azure
+    from tests.support.emulators import azure
 
     port = free_port()
     command = [

@@ -29,9 +29,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from gradientmail import Mailbox, from_url
+from gradientmail import Mailbox
 from gradientmail.conformance import MailboxConformance, SuiteOptions
-from tests.rigs import Rig
+from tests.support.rigs import Rig
 
 LINE = re.compile(r"^(PASS|FAIL|SKIP|INCONCLUSIVE)  (\S+) ")
 
@@ -113,7 +113,7 @@ def test_suite_reports_exactly_the_known_deviations(
     assert not missed, f"{backend}: expected {sorted(case.fails)} to be reported"
     # The run cleaned up after itself: nothing is left under the URL it was given.
     base = url.split("?", 1)[0]
-    assert list(from_url(base, **(rig.options or {})).list()) == []
+    assert list(rig.open(base).list()) == []
 
 
 def _run(rig: Rig, url: str, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:

@@ -17,9 +17,9 @@ import pytest
 
 from gradientmail import Mailbox, OutcomeUnknownError, TransientBackendError, from_url
 from gradientmail.backends.base import RetryPolicy
-from tests.emulators.azure import connection_string
-from tests.faultproxy import FaultProxy, Predicate, match
-from tests.rigs import Rig
+from tests.support.emulators.azure import connection_string
+from tests.support.faultproxy import FaultProxy, Predicate, match
+from tests.support.rigs import Rig
 
 pytestmark = pytest.mark.emulator
 

@@ -27,9 +27,9 @@ from gradientmail.errors import (
     InvalidKeyError,
 )
 from gradientmail.mailbox import Capability
-from tests.emulators.s3 import BUCKET, moto
-from tests.faultproxy import FaultProxy, Predicate, match
-from tests.rigs import Rig
+from tests.support.emulators.s3 import BUCKET, moto
+from tests.support.faultproxy import FaultProxy, Predicate, match
+from tests.support.rigs import Rig
 
 pytestmark = pytest.mark.emulator
 
@@ -244,13 +244,17 @@ def test_processes_race_on_seaweedfs(rig_s3_seaweed: Rig) -> None:
 
 
 def test_cas_counter_with_threads_on_seaweedfs(rig_s3_seaweed: Rig) -> None:
+    # Every counter value is written once, so S3's byte-named versions cannot bring an
+    # old one back: the swaps stay exact.
     report = cas_counter(rig_s3_seaweed.fresh(), workers=6, increments=8, mode="threads")
     assert report.ok, report.counterexample()
+    assert report.final == 6 * 8
 
 
 def test_cas_counter_with_processes_on_seaweedfs(rig_s3_seaweed: Rig) -> None:
     report = cas_counter(rig_s3_seaweed.fresh(), workers=3, increments=5, mode="processes")
     assert report.ok, report.counterexample()
+    assert report.final == 3 * 5
 
 
 @pytest.fixture(scope="module")

@@ -30,10 +30,10 @@ from gradientmail.errors import (
     GradientMailError,
     KeyNotFoundError,
 )
-from tests.emulators import free_port
-from tests.emulators.s3 import AWS_TEST_ENV, BUCKET
-from tests.faultproxy import FaultProxy, match
-from tests.rigs import Rig
+from tests.support.emulators import free_port
+from tests.support.emulators.s3 import AWS_TEST_ENV, BUCKET
+from tests.support.faultproxy import FaultProxy, match
+from tests.support.rigs import Rig
 
 pytestmark = pytest.mark.emulator
 

@@ -30,7 +30,7 @@ from gradientmail.patterns.leases import Lease, LeaseWatcher
 from gradientmail.patterns.pipeline.item_claims import ItemClaims
 from gradientmail.patterns.progress import RunLayout
 from gradientmail.patterns.unit_claims import UnitClaims
-from tests.rigs import Rig
+from tests.support.rigs import Rig
 
 _names = itertools.count()
 

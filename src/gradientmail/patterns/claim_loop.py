@@ -400,14 +400,6 @@ class ClaimLoop:
                     self.claims.finish_done_claim(ident)
                     del self.known[ident]
                     continue
-                _log.warning(
-                    "%r takes over unit %r from %r, whose lease lapsed (%s); it is loaded "
-                    "again from its first item",
-                    self.learner,
-                    ident,
-                    owner,
-                    observed.state,
-                )
                 self.takeovers.append(ident)
         held = self.next_takeover()
         return _WAIT if held is None else held
@@ -433,6 +425,16 @@ class ClaimLoop:
             self.backoff.reset()  # it changed (released, or taken): read it again soon
             return None
         self.stats.units_reclaimed += 1
+        if UnitClaims.state(record) == RELEASED:
+            _log.info("%r took unit %r, released by %r", self.learner, ident, record.owner)
+        elif record.owner != self.learner:
+            _log.warning(
+                "%r took over unit %r from %r, whose lease lapsed; it is loaded again from "
+                "its first item",
+                self.learner,
+                ident,
+                record.owner,
+            )
         return self.hold(held, reclaimed=True)
 
     def is_earlier_self(self, record: ClaimRecord) -> bool:

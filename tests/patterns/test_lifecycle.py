@@ -1,0 +1,432 @@
+"""shared_queue on real clusters: killed, paused and restarted learners, early exits, epochs.
+
+Every test checks the store's own records: each unit has exactly one completion record
+(``done/{unit}``), and its claim is in the ``done`` state.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gradientmail import ConfigurationError, LeaseLostError, Mailbox, Session
+from gradientmail.cli import main
+from gradientmail.patterns.claims import parse_claim
+from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.status import plot_gantt, read_status
+from tests.support.lifecycle_workers import ITEMS_PER_UNIT, learner, read_log, units_of
+from tests.support.rigs import Rig
+
+#: Rigs whose processes share keys and that support compare-and-swap.
+PROCESS_RIGS = ["rig_file", "rig_s3_seaweed", "rig_gcs", "rig_azure"]
+CTX = mp.get_context("spawn")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)  # polling a condition, bounded by the deadline
+
+
+def done_units(box: Mailbox, prefix: str = "done/") -> list[str]:
+    return [key[len(prefix) :] for key in box.list(prefix)]
+
+
+def assert_completed_once(box: Mailbox, count: int) -> None:
+    """Every unit has one completion record and a claim in the done state."""
+    assert sorted(done_units(box)) == sorted(units_of(count))
+    for unit in units_of(count):
+        record = parse_claim(box.get("units/" + unit))
+        assert record is not None
+        assert record.extra.get("state") == "done", (unit, record)
+
+
+def start(
+    box: Mailbox, name: str, count: int, logs: Path, lease: float, item_s: float
+) -> mp.Process:
+    proc = CTX.Process(
+        target=learner, args=(box, name, count, str(logs / name), lease, item_s), daemon=True
+    )
+    proc.start()
+    return proc
+
+
+def delivered(logs: Path, name: str) -> int:
+    return len(read_log(str(logs / name)))
+
+
+def all_items(logs: Path) -> Counter[tuple[str, int]]:
+    return Counter((u, k) for path in logs.iterdir() for u, k, _ in read_log(str(path)))
+
+
+# -- kill one, kill all, restart ----------------------------------------------------------------
+
+
+def kill_one_run(box: Mailbox, logs: Path, seed: int, count: int = 40) -> None:
+    """Four learners; SIGKILL one at a random point; the other three finish everything.
+
+    The victim is the first learner, in a random order, to have delivered a random number
+    of items (1 to 6): learners start at different times, so a learner chosen in advance
+    may finish its share before it could be killed, and the test would prove nothing.
+    """
+    rng = random.Random(seed)
+    names = [f"l{n}" for n in range(4)]
+    procs = {name: start(box, name, count, logs, lease=1.5, item_s=0.03) for name in names}
+    at = rng.randint(1, 6)
+    rng.shuffle(names)
+    victim = ""
+
+    def someone_reached() -> bool:
+        nonlocal victim
+        victim = next((n for n in names if delivered(logs, n) >= at), "")
+        return bool(victim)
+
+    wait_until(someone_reached, 120, f"a learner to deliver {at} items")
+    os.kill(procs[victim].pid, signal.SIGKILL)
+    for name, proc in procs.items():
+        proc.join(timeout=180)
+        if name != victim:
+            assert proc.exitcode == 0, (name, proc.exitcode)
+    assert procs[victim].exitcode == -signal.SIGKILL, "the victim was killed, not finished"
+    assert_completed_once(box, count)
+    items = all_items(logs)
+    assert set(items) == {(u, k) for u in units_of(count) for k in range(ITEMS_PER_UNIT)}
+    # Only the victim's units come twice: those it held when it died.
+    victims = {u for u, _, _ in read_log(str(logs / victim))}
+    assert {u for (u, _), n in items.items() if n > 1} <= victims
+
+
+@pytest.mark.parametrize("rig_name", PROCESS_RIGS)
+def test_a_killed_learner_units_are_finished_by_the_others(
+    request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
+) -> None:
+    rig: Rig = request.getfixturevalue(rig_name)
+    kill_one_run(rig.fresh(), tmp_path, seed=hash(rig_name) % 1000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("rig_name", "runs"),
+    [("rig_file", 20), ("rig_s3_seaweed", 3), ("rig_gcs", 3), ("rig_azure", 3)],
+)
+def test_kill_one_learner_repeatedly(
+    request: pytest.FixtureRequest, rig_name: str, runs: int, tmp_path: Path
+) -> None:
+    rig: Rig = request.getfixturevalue(rig_name)
+    for run in range(runs):
+        logs = tmp_path / f"run{run}"
+        logs.mkdir()
+        kill_one_run(rig.fresh(), logs, seed=run)
+
+
+@pytest.mark.parametrize("rig_name", PROCESS_RIGS)
+def test_kill_all_then_restart_all_completes_each_unit_once(
+    request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
+) -> None:
+    rig: Rig = request.getfixturevalue(rig_name)
+    box, count = rig.fresh(), 30
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    names = ["a", "b", "c"]
+    procs = [start(box, n, count, first, lease=1.5, item_s=0.01) for n in names]
+    wait_until(lambda: len(done_units(box)) >= count // 3, 120, "a third of the units done")
+    for proc in procs:
+        os.kill(proc.pid, signal.SIGKILL)
+    for proc in procs:
+        proc.join(timeout=30)
+    # Done: a completion record, or a claim already swapped to done by a learner killed
+    # before it wrote the record (the next learner writes it without loading the unit).
+    done_before = set(done_units(box))
+    for key in box.list("units/"):
+        record = parse_claim(box.get(key))
+        if record is not None and record.extra.get("state") == "done":
+            done_before.add(key[len("units/") :])
+    procs = [start(box, n, count, second, lease=1.5, item_s=0.01) for n in names]
+    for proc in procs:
+        proc.join(timeout=180)
+        assert proc.exitcode == 0
+    assert_completed_once(box, count)
+    reloaded = {u for u, _ in all_items(second)}
+    assert not reloaded & done_before, "units done in the first run were loaded again"
+    assert reloaded | done_before == set(units_of(count))
+
+
+@pytest.mark.parametrize(
+    "rig_name",
+    [pytest.param(r, marks=() if r == "rig_file" else pytest.mark.slow) for r in PROCESS_RIGS],
+)
+def test_a_restarted_learner_takes_back_its_own_units_first(
+    request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
+) -> None:
+    rig: Rig = request.getfixturevalue(rig_name)
+    box, count = rig.fresh(), 30
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    other = start(box, "other", count, first, lease=10, item_s=0.02)
+    victim = start(box, "victim", count, first, lease=10, item_s=0.02)
+    wait_until(lambda: delivered(first, "victim") >= 3, 120, "the victim to start")
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(timeout=30)
+    held = set()
+    finished = set(done_units(box))
+    for key in box.list("units/"):
+        unit = key[len("units/") :]
+        record = parse_claim(box.get(key)) if unit not in finished else None
+        if record is not None and record.owner == "victim" and record.extra["state"] == "claimed":
+            held.add(unit)
+    assert held, "the victim held units when it died"
+    restarted = start(box, "victim", count, second, lease=10, item_s=0.02)
+    restarted.join(timeout=180)
+    other.join(timeout=180)
+    assert restarted.exitcode == other.exitcode == 0
+    order = list(dict.fromkeys(u for u, _, _ in read_log(str(second / "victim"))))
+    assert set(order[: len(held)]) == held, (order, held)
+    assert_completed_once(box, count)
+
+
+# -- pause (SIGSTOP) -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rig_name", PROCESS_RIGS)
+def test_a_paused_learner_is_fenced_and_never_completes_a_lost_unit(
+    request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
+) -> None:
+    rig: Rig = request.getfixturevalue(rig_name)
+    box, count = rig.fresh(), 16
+    paused = start(box, "paused", count, tmp_path, lease=1.0, item_s=0.02)
+    wait_until(lambda: delivered(tmp_path, "paused") >= 1, 120, "the learner to start")
+    os.kill(paused.pid, signal.SIGSTOP)
+    others = [start(box, n, count, tmp_path, lease=1.0, item_s=0.02) for n in ("x", "y")]
+    wait_until(lambda: any(True for _ in box.list("reclaimed/")), 120, "a takeover")
+    resumed_at = time.time()
+    os.kill(paused.pid, signal.SIGCONT)
+    paused.join(timeout=60)
+    for proc in others:
+        proc.join(timeout=180)
+        assert proc.exitcode == 0
+    assert paused.exitcode == 3, "the paused learner raised LeaseLostError"
+    lost = {key[len("reclaimed/") :] for key in box.list("reclaimed/")}
+    late = [u for u, _, t in read_log(str(tmp_path / "paused")) if u in lost and t > resumed_at]
+    assert late == [], f"items of units it no longer owned, after resuming: {late}"
+    for unit in lost:
+        assert json.loads(box.get("done/" + unit))["by"] != "paused", unit
+    assert_completed_once(box, count)
+
+
+# -- early exit, epochs, refusals (threads) ------------------------------------------------------
+
+
+def test_leaving_early_releases_units_to_the_others_at_once(box: Mailbox, tmp_path: Path) -> None:
+    units = units_of(12)
+    lease = 30.0  # far longer than this test may take
+    started = time.monotonic()
+    got: dict[str, list[tuple[int, int]]] = {"early": [], "stays": []}
+    early_left = threading.Event()
+
+    def load(unit: int) -> Iterator[tuple[int, int]]:
+        for k in range(ITEMS_PER_UNIT):
+            yield unit, k
+
+    with shared_queue(
+        units, mailbox=box, learner_id="early", load=load, prefetch=4, lease=lease
+    ) as q:
+        for item in q:
+            got["early"].append(item)
+            if len(got["early"]) == 3:
+                break
+    early_left.set()
+    with (
+        Session(box, "stays", publish_every=60),
+        shared_queue(units, mailbox=box, learner_id="stays", load=load, lease=lease) as q,
+    ):
+        got["stays"].extend(q)
+        assert q.stats.units_reclaimed >= 1
+    assert time.monotonic() - started < lease / 2
+    every = {(u, k) for u in range(12) for k in range(ITEMS_PER_UNIT)}
+    assert set(got["stays"]) | set(got["early"]) == every
+    status = read_status(box)
+    assert status.complete
+    assert status.reclaimed >= 1
+    assert {r["learner"]: r["state"] for r in status.learners}["early"] == "released"
+    (stays,) = [r for r in status.learners if r["learner"] == "stays"]
+    reclaimed = [u for u in stays["units"] if u[4]]
+    assert len(reclaimed) == q.stats.units_reclaimed, "the plot hatches these units"
+    png = tmp_path / "run.png"
+    plot_gantt(status, str(png))
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_epochs_complete_every_unit_once_each_with_a_shared_shuffled_order(box: Mailbox) -> None:
+    units = units_of(20)
+    orders: dict[tuple[int, str], list[int]] = {}
+    for epoch in range(3):
+        for name in ("p", "q"):  # one after the other: p does the whole epoch
+            with shared_queue(
+                units, mailbox=box, learner_id=name, load=lambda u: [u], epoch=epoch, shuffle=7
+            ) as queue:
+                orders[(epoch, name)] = list(queue)
+        assert sorted(orders[(epoch, "p")]) == list(range(20))
+        assert orders[(epoch, "q")] == [], "the epoch was complete: nothing left for q"
+        prefix = "done/" if epoch == 0 else f"epochs/{epoch}/done/"
+        assert len(done_units(box, prefix)) == 20
+    fresh = [orders[(e, "p")] for e in range(3)]
+    assert len({tuple(o) for o in fresh}) == 3, "each epoch has its own order"
+
+
+def test_the_shuffled_order_is_the_same_on_every_learner(rig_memory: Rig) -> None:
+    units = units_of(20)
+    seen = []
+    for _ in range(2):
+        with shared_queue(
+            units,
+            mailbox=rig_memory.fresh(),
+            learner_id="x",
+            load=lambda u: [u],
+            epoch=2,
+            shuffle=7,
+        ) as queue:
+            seen.append(list(queue))
+    assert seen[0] == seen[1] != sorted(seen[0])
+
+
+def test_a_second_run_of_a_complete_job_yields_nothing_and_says_complete(box: Mailbox) -> None:
+    units = units_of(5)
+    with shared_queue(units, mailbox=box, learner_id="a", load=lambda u: [u]) as queue:
+        assert sorted(queue) == list(range(5))
+    with shared_queue(units, mailbox=box, learner_id="a", load=lambda u: [u]) as queue:
+        assert list(queue) == []
+        assert queue.stats.units_done_before == 5
+        assert queue.stats.run_complete
+    assert read_status(box).complete
+
+
+def test_a_different_mapping_on_the_same_prefix_is_refused(box: Mailbox) -> None:
+    with shared_queue(units_of(4), mailbox=box, learner_id="a", load=lambda u: [u]) as queue:
+        list(queue)
+    other = {**units_of(3), "extra": 9}
+    with (
+        pytest.raises(ConfigurationError, match=r"4 units.*first difference: 'extra'"),
+        shared_queue(other, mailbox=box, learner_id="a", load=lambda u: [u]),
+    ):
+        pass  # pragma: no cover - refused on entry
+
+
+def test_two_live_learners_with_one_id_are_refused(box: Mailbox) -> None:
+    units = units_of(4)
+    release = threading.Event()
+
+    def slow(unit: int) -> Iterator[int]:
+        assert release.wait(60)
+        yield unit
+
+    with shared_queue(units, mailbox=box, learner_id="twin", load=slow, lease=0.6) as first:
+        with (
+            pytest.raises(ConfigurationError, match="'twin' is already running"),
+            shared_queue(units, mailbox=box, learner_id="twin", load=slow, lease=0.6),
+        ):
+            pass  # pragma: no cover - refused on entry
+        release.set()
+        assert sorted(first) == [0, 1, 2, 3]
+
+
+def test_a_lost_lease_raises_lease_lost_error_in_the_training_loop(box: Mailbox) -> None:
+    units = units_of(3)
+    many = lambda u: range(10_000)  # noqa: E731 - more items than the test will take
+    with shared_queue(units, mailbox=box, learner_id="old", load=many, lease=0.3) as q:
+        next(q)
+        box.put("leases/old", b'{"state": "lost", "lost_by": "test"}')  # as a taker would
+        with pytest.raises(LeaseLostError, match=r"'old' lost its lease.*declared lost by 'test'"):
+            train_until_stopped(q, 30)
+
+
+def train_until_stopped(queue: Iterator[object], seconds: float) -> None:
+    """Take items (one per millisecond) until the queue raises, for at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:  # the next renewal (within 0.1 s) finds the loss
+        next(queue)
+        time.sleep(0.001)  # the training step; bounded by the deadline
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def test_status_shows_a_lost_learner_and_watch_ends_on_a_stalled_run(
+    rig_file: Rig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = rig_file.url()
+    from gradientmail import from_url
+
+    box = from_url(url)
+    proc = start(box, "gone", 10, tmp_path, lease=0.5, item_s=0.05)
+    wait_until(lambda: delivered(tmp_path, "gone") >= 1, 120, "the learner to start")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(timeout=30)
+    wait_until(lambda: read_status(box).stalled, 30, "the lease to expire")
+    assert main(["status", url, "--watch", "--interval", "0.05"]) == 1
+    out = capsys.readouterr().out
+    assert "lost" in out
+    assert "stalled" in out
+    assert "ETA none" in out
+    # A new learner finishes the job; then --watch ends at once with 0.
+    finisher = start(box, "finisher", 10, tmp_path, lease=0.5, item_s=0.0)
+    finisher.join(timeout=120)
+    assert main(["status", url, "--watch", "--interval", "0.05"]) == 0
+    assert "run complete" in capsys.readouterr().out
+
+
+def test_status_of_a_url_without_a_run_exits_1_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "typo"
+    assert main(["status", f"file://{missing}"]) == 1
+    assert not missing.exists()
+    assert "no run at" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["status", str(empty)]) == 1
+
+
+def test_completions_keep_up_units_held_stay_bounded(box: Mailbox) -> None:
+    """A fast loop never runs far ahead of its completion records (a kill loses little)."""
+    units = units_of(400)
+    most = 0
+    with shared_queue(units, mailbox=box, learner_id="solo", load=lambda u: [u], prefetch=2) as q:
+        for _ in q:
+            most = max(most, q.stats.units_finished - q.stats.units_completed)
+    assert most <= 2 + 2 + 1, most  # the buffer, the bound's margin, the unit just finished
+
+
+def test_waiting_learners_never_record_a_live_owners_completion(rig_file: Rig) -> None:
+    box = rig_file.fresh()
+    units = units_of(300)
+
+    def learn(name: str) -> None:
+        with shared_queue(units, mailbox=box, learner_id=name, load=lambda u: [u]) as queue:
+            list(queue)
+
+    threads = [threading.Thread(target=learn, args=(f"t{n}",)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(done_units(box)) == sorted(units)
+    for unit in units:
+        done = json.loads(box.get("done/" + unit))
+        claim = parse_claim(box.get("units/" + unit))
+        assert claim is not None
+        assert not done.get("repaired"), (unit, done)
+        assert done["by"] == claim.owner, (unit, done, claim.owner)
