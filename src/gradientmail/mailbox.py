@@ -21,11 +21,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "BytesLike",
     "Capability",
     "Mailbox",
     "SupportsCompareAndSwap",
     "Version",
 ]
+
+#: What a value may be: ``bytes``, or a ``bytearray`` or ``memoryview`` (copied on write).
+BytesLike = bytes | bytearray | memoryview
 
 # Names that lived here before the backend machinery moved to gradientmail.backends.base;
 # imports from their old place keep working.
@@ -115,7 +119,7 @@ class Mailbox(Protocol):
         """The longest key accepted, in UTF-8 bytes: 1024, less an object store's prefix."""
         ...
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, data: BytesLike) -> bool:
         """Create ``key`` holding ``data`` only if ``key`` does not exist.
 
         Returns ``True`` exactly when this call's write is the one stored. Among concurrent
@@ -146,7 +150,7 @@ class Mailbox(Protocol):
         """
         ...
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: BytesLike) -> None:
         """Write ``data`` to ``key`` unconditionally, replacing any previous value."""
         ...
 
@@ -163,7 +167,7 @@ class Mailbox(Protocol):
         """
         ...
 
-    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None:
+    def put_if_match(self, key: str, data: BytesLike, version: Version) -> Version | None:
         """Replace ``key`` only if its current version is ``version``.
 
         Returns the new version, or ``None`` (changing nothing) if the key is missing or its
@@ -182,4 +186,4 @@ class SupportsCompareAndSwap(Protocol):
 
     def get_versioned(self, key: str) -> tuple[bytes, Version]: ...
 
-    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None: ...
+    def put_if_match(self, key: str, data: BytesLike, version: Version) -> Version | None: ...

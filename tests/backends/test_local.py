@@ -62,6 +62,7 @@ def test_sigkill_mid_write_leaves_no_partial_key_or_debris(
     proc = ctx.Process(target=_writer, args=(tmp_root, started, fsync))
     proc.start()
     assert started.wait(60), "writer never completed three writes"
+    assert proc.pid is not None
     os.kill(proc.pid, signal.SIGKILL)  # without warning, while it writes 8 MiB values
     proc.join()
     assert proc.exitcode == -signal.SIGKILL

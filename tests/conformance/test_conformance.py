@@ -35,7 +35,7 @@ from gradientmail.conformance.cli import below
 from gradientmail.conformance.properties import property_named
 from gradientmail.conformance.races import race_put_if_absent
 from gradientmail.errors import OutcomeUnknownError
-from gradientmail.mailbox import Conflict, Version
+from gradientmail.mailbox import BytesLike, Conflict, Version
 from tests.support.rigs import Rig
 
 LINE = re.compile(r"^(PASS|FAIL|SKIP)  (\S+) +\d+\.\ds  \S")
@@ -322,7 +322,7 @@ class LandsThenUnknownMailbox(MemoryMailbox):
     """Every create lands, and then its caller hears ``OutcomeUnknownError``: as when the
     response is lost and reading back cannot tell. The contract allows it."""
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, data: BytesLike) -> bool:
         if super().put_if_absent(key, data):
             raise OutcomeUnknownError("injected: the response was lost", key=key)
         return False

@@ -91,8 +91,8 @@ def fresh_venv(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv.EnvBuilder(with_pip=False).create(root)
     python = root / "bin" / "python"
     # The package has no dependencies, so --no-deps installs exactly what a user gets.
-    install = [sys.executable, "-m", "pip", "--python", python, "install"]
-    result = run([*install, "--no-deps", "--no-index", "--quiet", dist.wheel], env=clean_env())
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install"]
+    result = run([*install, "--no-deps", "--no-index", "--quiet", str(dist.wheel)], env=clean_env())
     assert result.returncode == 0, explain(result)
     return root / "bin"
 

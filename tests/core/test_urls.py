@@ -25,46 +25,6 @@ from gradientmail import urls as urls_module
 from gradientmail.backends.memory import MemoryMailbox
 
 
-def test_public_names_are_curated() -> None:
-    assert sorted(gradientmail.__all__) == sorted(
-        [
-            "AccessDeniedError",
-            "AtomicityViolationError",
-            "BackendError",
-            "BaseMailbox",
-            "BucketNotFoundError",
-            "Capability",
-            "ConfigurationError",
-            "EndpointUnreachableError",
-            "GradientMailError",
-            "InvalidDataError",
-            "InvalidKeyError",
-            "KeyNotFoundError",
-            "LeaseLostError",
-            "Mailbox",
-            "MissingDependencyError",
-            "NotSupportedError",
-            "OutcomeUnknownError",
-            "PipelineAbortedError",
-            "PipelineError",
-            "PipelineStalledError",
-            "ProducerFailedError",
-            "ProducerLostError",
-            "ProducerRegistrationError",
-            "Session",
-            "SupportsCompareAndSwap",
-            "TransientBackendError",
-            "Version",
-            "WorkerError",
-            "__version__",
-            "from_url",
-            "learner_id",
-        ]
-    )
-    for name in gradientmail.__all__:
-        assert hasattr(gradientmail, name), name
-
-
 def test_errors_inherit_the_matching_builtins() -> None:
     assert issubclass(gradientmail.KeyNotFoundError, LookupError)
     assert issubclass(gradientmail.InvalidKeyError, ValueError)

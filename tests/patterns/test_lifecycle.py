@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
@@ -55,12 +56,18 @@ def assert_completed_once(box: Mailbox, count: int) -> None:
 
 def start(
     box: Mailbox, name: str, count: int, logs: Path, lease: float, item_s: float
-) -> mp.Process:
+) -> BaseProcess:
     proc = CTX.Process(
         target=learner, args=(box, name, count, str(logs / name), lease, item_s), daemon=True
     )
     proc.start()
     return proc
+
+
+def pid_of(proc: BaseProcess) -> int:
+    """The pid of a started process."""
+    assert proc.pid is not None, "the process was started"
+    return proc.pid
 
 
 def delivered(logs: Path, name: str) -> int:
@@ -94,7 +101,7 @@ def kill_one_run(box: Mailbox, logs: Path, seed: int, count: int = 40) -> None:
         return bool(victim)
 
     wait_until(someone_reached, 120, f"a learner to deliver {at} items")
-    os.kill(procs[victim].pid, signal.SIGKILL)
+    os.kill(pid_of(procs[victim]), signal.SIGKILL)
     for name, proc in procs.items():
         proc.join(timeout=180)
         if name != victim:
@@ -144,7 +151,7 @@ def test_kill_all_then_restart_all_completes_each_unit_once(
     procs = [start(box, n, count, first, lease=1.5, item_s=0.01) for n in names]
     wait_until(lambda: len(done_units(box)) >= count // 3, 120, "a third of the units done")
     for proc in procs:
-        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(pid_of(proc), signal.SIGKILL)
     for proc in procs:
         proc.join(timeout=30)
     # Done: a completion record, or a claim already swapped to done by a learner killed
@@ -179,7 +186,7 @@ def test_a_restarted_learner_takes_back_its_own_units_first(
     other = start(box, "other", count, first, lease=10, item_s=0.02)
     victim = start(box, "victim", count, first, lease=10, item_s=0.02)
     wait_until(lambda: delivered(first, "victim") >= 3, 120, "the victim to start")
-    os.kill(victim.pid, signal.SIGKILL)
+    os.kill(pid_of(victim), signal.SIGKILL)
     victim.join(timeout=30)
     held = set()
     finished = set(done_units(box))
@@ -209,11 +216,11 @@ def test_a_paused_learner_is_fenced_and_never_completes_a_lost_unit(
     box, count = rig.fresh(), 16
     paused = start(box, "paused", count, tmp_path, lease=1.0, item_s=0.02)
     wait_until(lambda: delivered(tmp_path, "paused") >= 1, 120, "the learner to start")
-    os.kill(paused.pid, signal.SIGSTOP)
+    os.kill(pid_of(paused), signal.SIGSTOP)
     others = [start(box, n, count, tmp_path, lease=1.0, item_s=0.02) for n in ("x", "y")]
     wait_until(lambda: any(True for _ in box.list("reclaimed/")), 120, "a takeover")
     resumed_at = time.time()
-    os.kill(paused.pid, signal.SIGCONT)
+    os.kill(pid_of(paused), signal.SIGCONT)
     paused.join(timeout=60)
     for proc in others:
         proc.join(timeout=180)
@@ -373,7 +380,7 @@ def test_status_shows_a_lost_learner_and_watch_ends_on_a_stalled_run(
     box = from_url(url)
     proc = start(box, "gone", 10, tmp_path, lease=0.5, item_s=0.05)
     wait_until(lambda: delivered(tmp_path, "gone") >= 1, 120, "the learner to start")
-    os.kill(proc.pid, signal.SIGKILL)
+    os.kill(pid_of(proc), signal.SIGKILL)
     proc.join(timeout=30)
     wait_until(lambda: read_status(box).stalled, 30, "the lease to expire")
     assert main(["status", url, "--watch", "--interval", "0.05"]) == 1

@@ -312,7 +312,7 @@ def test_a_blocked_producer_resumes_when_a_consumer_takes_an_item() -> None:
 
     thread = threading.Thread(target=produce)
     thread.start()
-    seen = []
+    seen: list[object] = []
     for item in pipe.consumer():
         # capacity 1: the producer can be at most one item ahead of what we have taken
         assert len(produced) <= len(seen) + 2

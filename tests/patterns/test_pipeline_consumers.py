@@ -265,7 +265,7 @@ def test_a_restarted_consumer_takes_back_its_prefetched_items_without_waiting(
 def test_two_open_consumers_may_not_share_an_id() -> None:
     # A second opener watches the lease for 1.5 renewal periods: 0.75 s here, so that a
     # renewal thread delayed by a busy machine is still seen.
-    timings = {"heartbeat_interval": 0.5, "lease": 5.0}
+    timings: dict[str, Any] = {"heartbeat_interval": 0.5, "lease": 5.0}
     pipe = Pipeline.over_mailbox(MemoryMailbox("pipeline-shared-id"), ["a"], **timings)
     with pipe.consumer("twin"), pytest.raises(ConfigurationError, match="in use by a live"):
         pipe.consumer("twin")

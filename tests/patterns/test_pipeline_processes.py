@@ -10,6 +10,7 @@ import multiprocessing as mp
 import os
 import signal
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_producer_process_exception_reaches_the_consumer_with_its_traceback(
 def _sigkill_run(url: str, kill_after: int) -> tuple[list[tuple[str, int]], BaseException | None]:
     counts = {f"gen-{i}": 40 for i in range(4)}
     names = list(counts)
-    options = {"capacity": 8, "stall_timeout": 30, **FAST}
+    options: dict[str, Any] = {"capacity": 8, "stall_timeout": 30, **FAST}
     producers = {
         p: spawn(produce, url, names, p, n, delay=0.01, pipe_options=options)
         for p, n in counts.items()

@@ -302,7 +302,7 @@ def test_loader_is_never_more_than_prefetch_items_ahead(box: Mailbox) -> None:
             # Let the loader run as far as it is allowed, then check it went no further.
             allowed = min(consumed + prefetch, total)
             with progress:
-                assert progress.wait_for(lambda a=allowed: pulled >= a, timeout=10)
+                assert progress.wait_for(lambda a=allowed: pulled >= a, timeout=10)  # type: ignore[misc]
                 assert pulled <= consumed + prefetch, (pulled, consumed)
         q_stats = q.stats
     assert pulled == total
@@ -442,13 +442,18 @@ class NonAtomic(DelegatingMailbox):
 
 def test_a_claim_read_back_with_another_owner_raises_instead_of_loading(box: Mailbox) -> None:
     loaded: list[str] = []
+
+    def load(unit: str) -> list[str]:
+        loaded.append(unit)
+        return [unit]
+
     with (
         pytest.raises(WorkerError) as caught,
         shared_queue(
             {"u": "u"},
             mailbox=NonAtomic(box),  # type: ignore[arg-type]
             learner_id="l",
-            load=lambda u: loaded.append(u) or [u],
+            load=load,
         ) as q,
     ):
         list(q)
@@ -617,7 +622,7 @@ def test_bad_learner_id_is_refused(box: Mailbox) -> None:
 
 
 def test_telemetry_counts_claims_items_and_waits(box: Mailbox) -> None:
-    units = {f"u{i}": i for i in range(5)}
+    units = {f"u{i}": f"u{i}" for i in range(5)}
     with shared_queue(units, mailbox=box, learner_id="l", load=three_items) as q:
         assert len(list(q)) == 15
         stats = q.stats.snapshot()

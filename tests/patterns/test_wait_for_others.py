@@ -79,7 +79,11 @@ def test_it_must_be_a_bool(rig_file: Rig) -> None:
     with (
         pytest.raises(ConfigurationError, match="wait_for_others"),
         shared_queue(
-            UNITS, mailbox=rig_file.fresh(), learner_id="x", load=two_items, wait_for_others=0
+            UNITS,
+            mailbox=rig_file.fresh(),
+            learner_id="x",
+            load=two_items,
+            wait_for_others=0,  # type: ignore[arg-type]  # an int on purpose
         ),
     ):
         pass

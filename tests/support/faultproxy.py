@@ -55,7 +55,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 __all__ = ["S3_CONDITIONAL_CONFLICT", "FaultProxy", "Request", "Rule", "match"]
@@ -249,12 +249,12 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def _one_exchange(self, proxy: FaultProxy) -> bool:
         """Relay one request; return whether the client connection stays open."""
-        start, headers = _read_head(self.rfile)
+        start, headers = _read_head(cast(BinaryIO, self.rfile))
         method, target, _ = start.decode("latin-1").split(" ", 2)
         if "100-continue" in (_header(headers, "expect") or "").lower():
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.wfile.flush()
-        delimited = _read_body(self.rfile, headers)
+        delimited = _read_body(cast(BinaryIO, self.rfile), headers)
         raw_body, body = delimited if delimited is not None else (b"", b"")
         request = Request(method, target, {k.lower(): v for k, v in headers}, body)
         rule = proxy._decide(request)

@@ -19,7 +19,7 @@ from gradientmail.patterns.pipeline import Pipeline
 JOIN = 60.0  # seconds; a thread or process still alive after this is a hang
 #: Quick failure detection for tests: a beat every 0.1 s, lost after 3 s of silence (a margin
 #: for a loaded 2-core machine, where a live heartbeat thread can be late).
-FAST = {"heartbeat_interval": 0.1, "lease": 3.0, "poll_interval": 0.01}
+FAST: dict[str, Any] = {"heartbeat_interval": 0.1, "lease": 3.0, "poll_interval": 0.01}
 
 
 class Boom(RuntimeError):

@@ -38,7 +38,7 @@ from gradientmail.errors import (
     TransientBackendError,
 )
 from gradientmail.keys import MAX_KEY_BYTES, validate_key, validate_prefix
-from gradientmail.mailbox import Capability, Mailbox, Version
+from gradientmail.mailbox import BytesLike, Capability, Mailbox, Version
 
 __all__ = [
     "BaseMailbox",
@@ -214,7 +214,7 @@ class BaseMailbox(ABC):
 
     # -- the public contract ----------------------------------------------------------------
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, data: BytesLike) -> bool:
         """See :meth:`Mailbox.put_if_absent`."""
         key = self._key(key)
         body = as_bytes(data)
@@ -232,7 +232,7 @@ class BaseMailbox(ABC):
         """See :meth:`Mailbox.list`. The prefix is checked before this returns."""
         return self._iter_keys(validate_prefix(prefix))
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: BytesLike) -> None:
         """See :meth:`Mailbox.put`."""
         key = self._key(key)
         body = as_bytes(data)
@@ -250,7 +250,7 @@ class BaseMailbox(ABC):
         result: tuple[bytes, Version] = self._with_retries(key, lambda: self._read(key))
         return result
 
-    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None:
+    def put_if_match(self, key: str, data: BytesLike, version: Version) -> Version | None:
         """See :meth:`Mailbox.put_if_match`."""
         key = self._key(key)
         body = as_bytes(data)
