@@ -187,20 +187,22 @@ def test_claims_leases_and_item_claims_never_store_the_same_bytes_twice_at_a_key
     held = a.claim("u1")
     assert held is not None
     assert a.release(held)
+    taken = held
     for taker in (b, a, b, a):
         current = taker.read("u1")
         assert current is not None
-        taken = taker.take_over("u1", *current)
-        assert taken is not None
+        took = taker.take_over("u1", *current)
+        assert took is not None
+        taken = took
     assert a.complete(taken)
     # Item claims: claimed, taken over back and forth, delivered.
     c1, c2 = ItemClaims(mailbox, "c1", 1), ItemClaims(mailbox, "c2", 1)
     item = c1.claim("p", 0)
     assert item is not None
-    for taker in (c2, c1, c2):
-        claim, version = taker.read("p", 0)  # type: ignore[misc]
+    for consumer in (c2, c1, c2):
+        claim, version = consumer.read("p", 0)
         assert version is not None
-        item = taker.take_over("p", 0, claim, version)
+        item = consumer.take_over("p", 0, claim, version)
         assert item is not None
     c2.deliver(item)
     assert sum(len(values) for values in box.stored.values()) >= 20
