@@ -126,7 +126,6 @@ PUBLIC_API: dict[str, list[str]] = {
         "DEFAULTS",
         "OPTIONS",
         "POOL_CONNECTIONS",
-        "PYTHON_ONLY_OPTIONS",
         "READ_TIMEOUT",
         "SDK_ATTEMPTS",
         "SIGNATURE_VERSIONS",

@@ -40,7 +40,6 @@ __all__ = [
     "DEFAULTS",
     "OPTIONS",
     "POOL_CONNECTIONS",
-    "PYTHON_ONLY_OPTIONS",
     "READ_TIMEOUT",
     "SDK_ATTEMPTS",
     "SIGNATURE_VERSIONS",
@@ -60,8 +59,6 @@ ADDRESSING_STYLES = ("auto", "virtual", "path")
 #: ``signature_version`` values: SigV4 (botocore's default), or the legacy SigV2 that some
 #: older S3-compatible stores need.
 SIGNATURE_VERSIONS = ("s3v4", "s3")
-#: Options that are Python objects, given as keyword arguments only: never in a URL.
-PYTHON_ONLY_OPTIONS = ("session", "config")
 
 
 # -- checking options --------------------------------------------------------------------------
