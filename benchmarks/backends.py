@@ -19,9 +19,8 @@ least noisy view of what our layer itself costs on a shared machine. The ratios 
 ours/raw for p50 and CPU, raw/ours for throughput, each the median over back-to-back pairs
 of rounds, so 1.00 means no overhead and 1.10 means 10 % slower.
 
-What our layer adds per call: key validation, a write id (uuid4), the write-id metadata
-header and (S3 only) a 32-byte trailer, the retry/lost-response wrapper, and on S3 a
-botocore event hook counting attempts.
+What our layer adds per call: key validation, a write id, the write-id metadata header,
+the retry/lost-response wrapper, and on S3 a botocore event hook counting attempts.
 
 Usage: python benchmarks/backends.py [--calls 10] [--rounds 40] [--threads 1,8]
        [--only s3-moto,s3-seaweedfs,gcs,azure]
