@@ -25,11 +25,11 @@ from gradientmail.errors import (
     KeyNotFoundError,
 )
 from gradientmail.mailbox import BaseMailbox, Capability
+from tests.backends.test_cloud_faults import PROFILES
 from tests.support.emulators import free_port
 from tests.support.emulators.azure import AZURITE_KEY, CONTAINER, connection_string
 from tests.support.faultproxy import FaultProxy, Predicate
 from tests.support.rigs import Rig
-from tests.test_cloud_faults import PROFILES
 
 pytestmark = pytest.mark.emulator
 

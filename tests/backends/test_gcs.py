@@ -21,10 +21,10 @@ from gradientmail.errors import (
     KeyNotFoundError,
 )
 from gradientmail.mailbox import BaseMailbox, Capability
+from tests.backends.test_cloud_faults import PROFILES
 from tests.support.emulators import free_port
 from tests.support.faultproxy import FaultProxy, match
 from tests.support.rigs import Rig
-from tests.test_cloud_faults import PROFILES
 
 pytestmark = pytest.mark.emulator
 
