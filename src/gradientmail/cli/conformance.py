@@ -89,6 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keys in the strongest race (default 40, 15 with --quick); lower it for slow stores",
     )
     parser.add_argument(
+        "--preflight-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long the first put, get, list and delete may take before the store is "
+        "reported as not answering (default 10)",
+    )
+    parser.add_argument(
         "--bound",
         type=_fraction,
         default=None,
@@ -110,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: Options that are :class:`SuiteOptions` fields of the same name, passed on unchanged.
-_PASSED_ON = ("threads", "processes", "seed", "quick", "race_keys", "bound")
+_PASSED_ON = ("threads", "processes", "seed", "quick", "race_keys", "bound", "preflight_timeout")
 
 
 def run(args: argparse.Namespace) -> int:

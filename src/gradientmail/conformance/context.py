@@ -65,6 +65,8 @@ class SuiteOptions:
     race_keys: int | None = None
     timeout: float = 300.0
     bound: float | None = None
+    #: seconds the preflight (and the check after a store error) waits for an answer.
+    preflight_timeout: float = 10.0
 
     @property
     def target_bound(self) -> float | None:

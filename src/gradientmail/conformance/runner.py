@@ -215,7 +215,7 @@ def _next_result(
     share = report.plan.shares.get(prop.name) if report.plan is not None else None
     result = run_property(prop, box, options, contested_target=share)
     if result.outcome is Outcome.FAIL and not result.observed:
-        problem = preflight(box)
+        problem = preflight(box, options.preflight_timeout)
         if problem is not None:
             report.stopped = (prop.name, problem)
             # Its keys could not be deleted either: say so once, not with the error again.
@@ -249,7 +249,7 @@ def check_store(
     """
     options = resolve_seed(options)
     properties = list(properties)
-    problem = preflight(box)
+    problem = preflight(box, options.preflight_timeout)
     if problem is not None:
         report = not_tested(box.url, options, problem)
         for line in report.notes:
