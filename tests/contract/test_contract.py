@@ -8,6 +8,7 @@ import pytest
 
 from gradientmail import (
     Capability,
+    ConfigurationError,
     InvalidDataError,
     InvalidKeyError,
     KeyNotFoundError,
@@ -41,8 +42,16 @@ def test_put_overwrites_and_delete_removes(box: Mailbox) -> None:
 
 
 def test_delete_missing_key_is_not_an_error(box: Mailbox) -> None:
+    box.put("kept", b"value")
     box.delete("never-existed")
     box.delete("deep/never/existed")
+    # Deleting nothing leaves nothing behind: no key, no placeholder that blocks a create,
+    # and the neighbouring key untouched.
+    assert list(box.list()) == ["kept"]
+    assert box.get("kept") == b"value"
+    assert box.put_if_absent("never-existed", b"now")
+    assert box.put_if_absent("deep/never/existed", b"now")
+    assert list(box.list()) == ["deep/never/existed", "kept", "never-existed"]
 
 
 def test_put_if_absent_after_delete_succeeds(box: Mailbox) -> None:
@@ -222,19 +231,23 @@ def test_invalid_prefix_is_rejected(box: Mailbox) -> None:
         box.list("/abs")
 
 
-def test_capabilities_are_declared(box: Mailbox) -> None:
-    assert box.supports(Capability.ATOMIC_CREATE)
-    assert all(isinstance(c, Capability) for c in box.capabilities)
-    assert box.supports(Capability.COMPARE_AND_SWAP) == (
-        Capability.COMPARE_AND_SWAP in box.capabilities
-    )
+def test_capabilities_are_declared(rig: object) -> None:
+    """Every built-in backend declares both atomic operations; sharing follows the store."""
+    from tests.support.rigs import Rig
+
+    assert isinstance(rig, Rig)
+    box = rig.fresh()
+    expected = {Capability.ATOMIC_CREATE, Capability.COMPARE_AND_SWAP}
+    if rig.cross_process:
+        expected.add(Capability.SHARED_ACROSS_PROCESSES)
+    assert set(box.capabilities) == expected
+    for capability in Capability:
+        assert box.supports(capability) is (capability in expected), capability
+    with pytest.raises(ConfigurationError, match=r"Capability\.COMPARE_AND_SWAP"):
+        box.supports("compare-and-swap")  # type: ignore[arg-type]
 
 
 def test_compare_and_swap(box: Mailbox) -> None:
-    if not box.supports(Capability.COMPARE_AND_SWAP):
-        with pytest.raises(NotSupportedError):
-            box.get_versioned("k")
-        return
     box.put("k", b"v1")
     data, v1 = box.get_versioned("k")
     assert data == b"v1"
@@ -248,9 +261,24 @@ def test_compare_and_swap(box: Mailbox) -> None:
     assert box.get_versioned("k") == (b"v2", v2)
 
 
+def test_a_backend_without_compare_and_swap_refuses_it_and_writes_nothing() -> None:
+    """The branch no built-in backend takes: compare-and-swap not declared."""
+    from gradientmail.backends.memory import MemoryMailbox
+
+    class CreateOnly(MemoryMailbox):
+        capabilities = frozenset({Capability.ATOMIC_CREATE})
+
+    box = CreateOnly("contract-create-only")
+    box.put("k", b"v")
+    _, version = MemoryMailbox("contract-create-only").get_versioned("k")
+    with pytest.raises(NotSupportedError, match="COMPARE_AND_SWAP"):
+        box.get_versioned("k")
+    with pytest.raises(NotSupportedError, match="COMPARE_AND_SWAP"):
+        box.put_if_match("k", b"swapped", version)
+    assert box.get("k") == b"v"
+
+
 def test_compare_and_swap_on_missing_key_returns_none(box: Mailbox) -> None:
-    if not box.supports(Capability.COMPARE_AND_SWAP):
-        pytest.skip("backend does not declare compare-and-swap")
     box.put("k", b"v1")
     _, version = box.get_versioned("k")
     box.delete("k")
@@ -261,8 +289,6 @@ def test_compare_and_swap_on_missing_key_returns_none(box: Mailbox) -> None:
 
 def test_version_of_rewritten_value_never_repeats(box: Mailbox) -> None:
     """A rewrite gets a new version, except where a version names the bytes (S3's ETag)."""
-    if not box.supports(Capability.COMPARE_AND_SWAP):
-        pytest.skip("backend does not declare compare-and-swap")
     box.put("k", b"same")
     _, first = box.get_versioned("k")
     box.put("k", b"same")
@@ -277,8 +303,6 @@ def test_version_of_rewritten_value_never_repeats(box: Mailbox) -> None:
 
 
 def test_put_if_match_rejects_a_non_version(box: Mailbox) -> None:
-    if not box.supports(Capability.COMPARE_AND_SWAP):
-        pytest.skip("backend does not declare compare-and-swap")
     box.put("k", b"v")
     with pytest.raises(InvalidDataError, match="Version"):
         box.put_if_match("k", b"x", "etag")  # type: ignore[arg-type]
