@@ -49,11 +49,14 @@ class CountingMailbox:
 
 
 def test_entering_registers_the_learner(box: Mailbox) -> None:
+    before = time.time()
     with Session(box, "node-0", publish_every=60):
         body = record(box, "node-0")
         assert body["state"] == "running"
         assert body["learner"] == "node-0"
-        assert body["started_at"] > 0
+        assert before <= body["started_at"] <= time.time()
+        assert body["finished_at"] is None
+        assert body["steps"] == body["samples"] == 0
 
 
 def test_progress_appears_within_the_publish_period_and_steps_make_no_store_call(
@@ -77,14 +80,46 @@ def test_progress_appears_within_the_publish_period_and_steps_make_no_store_call
     assert record(box, "node-0")["state"] == "finished"
 
 
+class ObservedSession(Session):
+    """Counts the publisher's periodic checks, so a test can wait for periods to pass."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.checks = 0
+        self.checked = threading.Condition()
+
+    def _changed(self) -> bool:
+        changed = super()._changed()
+        with self.checked:
+            self.checks += 1
+            self.checked.notify_all()
+        return changed
+
+    def wait_for_checks(self, n: int, timeout: float = 10) -> bool:
+        """Wait until the publisher has made ``n`` more periodic checks."""
+        with self.checked:
+            target = self.checks + n
+            return self.checked.wait_for(lambda: self.checks >= target, timeout)
+
+
 def test_unchanged_progress_is_not_republished(box: Mailbox) -> None:
     counting = CountingMailbox(box)
-    with Session(counting, "quiet", publish_every=0.05) as session:  # type: ignore[arg-type]
+    session = ObservedSession(counting, "quiet", publish_every=0.05)  # type: ignore[arg-type]
+    with session:
         session.step(samples=1)
         assert wait_for(lambda: record(box, "quiet")["samples"] == 1, timeout=5)
         published = counting.puts
-        # Several periods pass with no progress: nothing new is written.
-        assert not wait_for(lambda: counting.puts > published, timeout=0.3)
+        # Five periods pass with no progress (the publisher looked five times and saw no
+        # change): nothing new is written.
+        assert session.wait_for_checks(5)
+        assert counting.puts == published
+        # The same publisher does write once something changes: the check above could fail.
+        session.step(samples=1)
+        # Three checks: the first may have begun before the step; the third begins after
+        # the second (which saw the step) has published.
+        assert session.wait_for_checks(3)
+        assert counting.puts == published + 1
+        assert record(box, "quiet")["samples"] == 2
 
 
 def test_exit_records_finished(box: Mailbox) -> None:
@@ -123,9 +158,17 @@ def test_a_failing_periodic_publish_does_not_interrupt_training(box: Mailbox) ->
         counting.fail_puts = True
         session.step(samples=1)
         assert wait_for(lambda: session.publish_error is not None, timeout=5)
+        assert isinstance(session.publish_error, TransientBackendError)
+        assert "injected" in str(session.publish_error)
         session.step(samples=1)  # training goes on
+        assert record(box, "flaky")["samples"] == 0, "nothing reached the store meanwhile"
         counting.fail_puts = False
+        # The next period retries on its own, before the exit publishes anything.
+        assert wait_for(lambda: record(box, "flaky")["samples"] == 2, timeout=5)
+        assert wait_for(lambda: session.publish_error is None, timeout=5)
+        assert record(box, "flaky")["state"] == "running"
     assert record(box, "flaky")["samples"] == 2
+    assert record(box, "flaky")["state"] == "finished"
 
 
 def test_composes_with_shared_queue_and_records_units(box: Mailbox) -> None:
@@ -143,9 +186,10 @@ def test_composes_with_shared_queue_and_records_units(box: Mailbox) -> None:
     assert body["units_claimed"] == 4
     assert body["units_finished"] == 4
     assert body["samples"] == 8
+    assert sorted(entry[0] for entry in body["units"]) == sorted(units), "one entry per unit"
     for identifier, claimed, started, finished, reclaimed in body["units"]:
         assert identifier in units
-        assert claimed <= started <= finished
+        assert body["started_at"] <= claimed <= started <= finished <= body["finished_at"]
         assert reclaimed is False
 
 
