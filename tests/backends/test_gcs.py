@@ -7,6 +7,7 @@ fixture in test_contract.py; this file covers what is specific to the GCS backen
 from __future__ import annotations
 
 import pickle
+import re
 import time
 from collections.abc import Iterator
 
@@ -48,10 +49,14 @@ def proxied(rig_gcs: Rig, proxy: FaultProxy) -> Mailbox:
     return from_url(rig_gcs.url(), emulator_host=proxy.url)
 
 
-def test_429_is_transient_and_retried(proxied: Mailbox, proxy: FaultProxy) -> None:
-    proxy.respond(429, UPLOAD)
+def test_429_is_transient_and_retried(proxied: Mailbox, proxy: FaultProxy, rig_gcs: Rig) -> None:
+    proxy.respond(429, UPLOAD)  # the first upload only
     proxied.put("k", b"v")
     assert proxy.count(UPLOAD) == 2
+    # The retry stored the value, once: read through the emulator directly, not the proxy.
+    direct = rig_gcs.open(proxied.url)
+    assert direct.get("k") == b"v"
+    assert list(direct.list()) == ["k"]
 
 
 @pytest.mark.parametrize(
@@ -108,9 +113,20 @@ def test_version_is_the_object_generation_and_carries_the_write_id(rig_gcs: Rig)
         credentials=AnonymousCredentials(),
         client_options={"api_endpoint": (rig_gcs.options or {})["emulator_host"]},
     )
-    blob = client.bucket(box.bucket).get_blob(box.object_name_prefix + "k")
+    bucket = client.bucket(box.bucket)
+    blob = bucket.get_blob(box.object_name_prefix + "k")
     assert version.token == str(blob.generation)
-    assert len(blob.metadata["gradientmail_write_id"]) == 32
+    first_id = blob.metadata["gradientmail_write_id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", first_id), first_id
+    # A swap is a new generation with its own write id, and the old version stops matching.
+    swapped = box.put_if_match("k", b"w", version)
+    assert swapped is not None
+    blob = bucket.get_blob(box.object_name_prefix + "k")
+    assert swapped.token == str(blob.generation) != version.token
+    assert re.fullmatch(r"[0-9a-f]{32}", blob.metadata["gradientmail_write_id"])
+    assert blob.metadata["gradientmail_write_id"] != first_id
+    assert box.put_if_match("k", b"x", version) is None
+    assert box.get_versioned("k") == (b"w", swapped)
 
 
 def test_capabilities(rig_gcs: Rig) -> None:
@@ -156,8 +172,10 @@ def test_invalid_timeout_is_a_configuration_error() -> None:
 def test_options_work_as_url_query_parameters(rig_gcs: Rig, gcs_endpoint: str) -> None:
     url = rig_gcs.url()
     box = from_url(f"{url}?emulator_host={gcs_endpoint}&read_timeout=30")
-    assert box.put_if_absent("k", b"v")
+    assert box.put_if_absent("k", b"v")  # emulator_host from the query reached the store
     assert box.url == url  # options never show in the URL
+    assert box._timeouts == (3.0, 30.0)  # type: ignore[attr-defined]  # read_timeout applied
+    assert rig_gcs.open(url).get("k") == b"v"
 
 
 def test_gcs_scheme_alias_reaches_the_same_objects(rig_gcs: Rig) -> None:
