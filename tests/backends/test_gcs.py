@@ -124,9 +124,12 @@ def test_version_is_the_object_generation_and_carries_the_write_id(rig_gcs: Rig)
     blob = bucket.get_blob(box.object_name_prefix + "k")
     assert swapped.token == str(blob.generation) != version.token
     assert re.fullmatch(r"[0-9a-f]{32}", blob.metadata["gradientmail_write_id"])
-    assert blob.metadata["gradientmail_write_id"] != first_id
+    second_id = blob.metadata["gradientmail_write_id"]
     assert box.put_if_match("k", b"x", version) is None
     assert box.get_versioned("k") == (b"w", swapped)
+    assert box.put_if_match("k", b"y", swapped) is not None
+    third_id = bucket.get_blob(box.object_name_prefix + "k").metadata["gradientmail_write_id"]
+    assert len({first_id, second_id, third_id}) == 3, "every write stamps a fresh write id"
 
 
 def test_capabilities(rig_gcs: Rig) -> None:
