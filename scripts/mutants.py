@@ -1,0 +1,623 @@
+#!/usr/bin/env python3
+"""Mutation check: does some fast test fail for each deliberate bug in a mechanism users rely on?
+
+Each entry of :data:`MUTANTS` is one realistic bug: a file under ``src/gradientmail``, the
+exact original text (which must occur exactly once, so the script fails loudly when the
+code moved), its replacement, and the fast tests that must fail because of it. For each
+mutant the script copies the repository (``src``, ``tests``, ``conformance``,
+``conftest.py``, ``pyproject.toml``) into a temporary directory, applies the mutant to the
+copy (the working tree is never touched), runs the selected tests there with the copy's
+``src`` first on ``PYTHONPATH``, and prints one line::
+
+    KILLED    <name>  <how many selected tests failed>  <seconds>
+    SURVIVED  <name>  every selected test passed: the bug goes unnoticed
+    ERROR     <name>  the selection could not say (it fails without the mutant, or pytest
+                      could not run it)
+
+Before any mutant, the union of every selection runs once on the unmutated copy: a test
+that fails there would make its mutants look killed, so they are reported as ERROR.
+Tests run on ``memory://`` and ``file://`` only (``-k`` leaves the emulator rigs out); the
+same tests run on every backend in the full suite. The exit status is 1 if any mutant
+survived or errored.
+
+Usage::
+
+    .venv/bin/python scripts/mutants.py              # every mutant
+    .venv/bin/python scripts/mutants.py --list       # the table, without running
+    .venv/bin/python scripts/mutants.py NAME [NAME]  # a subset, by name
+
+This is a check of the tests' power, not part of CI (``make mutants``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: What the copy needs: the package, every test and the pytest configuration.
+COPIED = ("src", "tests", "conformance", "conftest.py", "pyproject.toml")
+#: Leaves out the emulator rigs (their tests run in the full suite).
+LOCAL_ONLY = "not s3 and not gcs and not azure and not seaweed"
+#: Seconds one mutant's tests may take; a selection still running then counts as killed
+#: (the mutant made a test hang), and is reported so.
+TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One deliberate bug and the fast tests that must catch it."""
+
+    name: str
+    #: Path below ``src/gradientmail``.
+    file: str
+    #: ``(original, replacement)`` pairs, each original occurring exactly once in the file.
+    edits: tuple[tuple[str, str], ...]
+    #: pytest node ids (files, tests) that must fail with the mutant applied.
+    tests: tuple[str, ...]
+    #: The bug, in one line.
+    bug: str
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- the pipeline over a mailbox ---------------------------------------------------------
+    Mutant(
+        "pipeline-end-ignores-count",
+        "patterns/pipeline/producer_watch.py",
+        (
+            (
+                "return self.end is not None and self.next >= self.end.count",
+                "return self.end is not None",
+            ),
+        ),
+        ("tests/patterns/test_pipeline_end_records.py",),
+        "a consumer treats a producer as exhausted once it has seen its end record, "
+        "ignoring the count: items written between its missed read and the end are dropped",
+    ),
+    Mutant(
+        "pipeline-missing-item-skipped",
+        "patterns/pipeline/mailbox_consumer.py",
+        (
+            (
+                """                if cursor.end is not None:
+                    # The end record promises this item; an item never disappears.
+                    raise PipelineError(
+                        f"item #{seq} of producer {producer!r} is missing although its end "
+                        f"record counts {cursor.end.count} items; was the mailbox edited?"
+                    ) from None
+""",
+                """                if cursor.end is not None:
+                    cursor.next += 1  # skip the hole
+                    continue
+""",
+            ),
+        ),
+        ("tests/patterns/test_pipeline_end_records.py",),
+        "an item missing although the end record counts it is skipped silently instead of "
+        "raising a PipelineError naming the producer and the item",
+    ),
+    Mutant(
+        "pipeline-end-count-defaults-to-zero",
+        "patterns/pipeline/records.py",
+        (
+            (
+                '            _field(fields, "count", int),\n',
+                '            fields.get("count") or 0,\n',
+            ),
+        ),
+        ("tests/patterns/test_pipeline_end_records.py",),
+        "an end record without a count reads as count 0, so consumers finish early instead "
+        "of raising a PipelineError naming the key",
+    ),
+    Mutant(
+        "pipeline-stops-when-registered-producers-end",
+        "patterns/pipeline/producer_watch.py",
+        (
+            (
+                "        return all(c.exhausted() for c in self.cursors)\n",
+                "        from gradientmail.patterns.pipeline.records import registered_key\n\n"
+                "        return all(\n"
+                "            c.exhausted()\n"
+                "            for c in self.cursors\n"
+                "            if exists(self._box, registered_key(c.producer))\n"
+                "        )\n",
+            ),
+        ),
+        ("tests/patterns/test_pipeline_declared_producers.py",),
+        "mailbox consumers stop once every *registered* producer ended, although a declared "
+        "producer has not registered yet",
+    ),
+    Mutant(
+        "in-process-stops-when-registered-producers-end",
+        "patterns/pipeline/in_process.py",
+        (
+            (
+                "                    if len(core.finished) == len(core.declared):\n"
+                "                        self._closed = True\n",
+                "                    if len(core.finished) == len(core.registered):\n"
+                "                        self._closed = True\n",
+            ),
+        ),
+        ("tests/patterns/test_pipeline_declared_producers.py",),
+        "in-process consumers stop once every *registered* producer finished, although a "
+        "declared producer has not registered yet",
+    ),
+    Mutant(
+        "pipeline-error-jumps-the-queue",
+        "patterns/pipeline/mailbox_consumer.py",
+        (
+            (
+                """        except (PipelineError, LeaseLostError) as exc:
+            self._buffer.put_control(exc)
+""",
+                """        except (PipelineError, LeaseLostError) as exc:
+            with self._buffer._lock:
+                self._buffer._entries.appendleft((exc, False))
+                self._buffer._not_empty.notify()
+""",
+            ),
+        ),
+        ("tests/patterns/test_loader_error_order.py",),
+        "a pipeline consumer's prefetch thread delivers a producer's failure before the "
+        "items it had already buffered",
+    ),
+    Mutant(
+        "producer-fencing-skipped",
+        "patterns/pipeline/mailbox_producer.py",
+        (
+            (
+                """            try:
+                self._lease.ensure_fresh()
+            except LeaseLostError as exc:
+                self._stop(self._fenced(exc), "failed")
+                raise PipelineAbortedError(self._stopped) from exc
+""",
+                "",
+            ),
+        ),
+        ("tests/patterns/test_lease_liveness.py",),
+        "a producer declared lost keeps putting items: put() no longer checks its lease",
+    ),
+    # -- shared_queue ------------------------------------------------------------------------
+    Mutant(
+        "loader-error-jumps-the-queue",
+        "patterns/claim_loop.py",
+        (
+            (
+                "            self.buffer.put_control(Failed(CarriedError.of(exc), context))\n",
+                "            with self.buffer._lock:\n"
+                "                failed = Failed(CarriedError.of(exc), context)\n"
+                "                self.buffer._entries.appendleft((failed, False))\n"
+                "                self.buffer._not_empty.notify()\n",
+            ),
+        ),
+        ("tests/patterns/test_loader_error_order.py",),
+        "shared_queue's loader error is delivered before the items buffered ahead of it",
+    ),
+    Mutant(
+        "handoff-buffer-one-over-capacity",
+        "patterns/workers.py",
+        (
+            (
+                """            while self._counted >= self.capacity and not self._closed:
+                self._not_full.wait()
+            return not self._closed
+""",
+                """            while self._counted > self.capacity and not self._closed:
+                self._not_full.wait()
+            return not self._closed
+""",
+            ),
+            (
+                """            while self._counted >= self.capacity and not self._closed:
+                self._not_full.wait()
+            if self._closed:
+""",
+                """            while self._counted > self.capacity and not self._closed:
+                self._not_full.wait()
+            if self._closed:
+""",
+            ),
+        ),
+        (
+            "tests/patterns/test_shared_queue.py::test_loader_is_never_more_than_prefetch_items_ahead",
+        ),
+        "the handoff buffer holds prefetch + 1 items: the loader runs one item further ahead",
+    ),
+    Mutant(
+        "unit-takeover-without-cas",
+        "patterns/unit_claims.py",
+        (
+            (
+                "        new = self.mailbox.put_if_match(self.layout.units + identifier, body, "
+                "version)\n",
+                "        self.mailbox.put(self.layout.units + identifier, body)\n"
+                "        new = self.mailbox.get_versioned(self.layout.units + identifier)[1]\n",
+            ),
+        ),
+        ("tests/patterns/test_unit_claim_transitions.py",),
+        "a unit is taken over with a plain put: two takers both win, and a completed unit "
+        "can be taken back from a stale read",
+    ),
+    # -- claims ------------------------------------------------------------------------------
+    Mutant(
+        "claim-read-back-unchecked",
+        "patterns/claims.py",
+        (
+            (
+                "    if stored is None or stored[0].token != token:\n",
+                "    if stored is None:\n",
+            ),
+        ),
+        ("tests/contract/test_claim_read_back.py",),
+        "a claim reported won is trusted without comparing the token read back: a store "
+        "that lets two claimants win goes unnoticed",
+    ),
+    Mutant(
+        "claim-ambiguous-create-as-lost",
+        "patterns/claims.py",
+        (
+            (
+                """        stored = _read_versioned(mailbox, key)
+        if stored is not None and stored[0].token == token:
+            return stored
+        if stored is None:
+            raise
+        return None
+""",
+                "        return None\n",
+            ),
+        ),
+        ("tests/contract/test_claim_read_back.py",),
+        "a claim whose create lost its response counts as lost without reading it back: "
+        "the claim this learner made is never loaded by anyone",
+    ),
+    Mutant(
+        "claim-ambiguous-create-as-won",
+        "patterns/claims.py",
+        (
+            (
+                "        if stored is not None and stored[0].token == token:\n",
+                "        if stored is not None:\n",
+            ),
+        ),
+        ("tests/contract/test_claim_read_back.py",),
+        "a claim whose create lost its response counts as won whenever some claim is "
+        "stored, even another claimant's: both load the unit",
+    ),
+    # -- leases ------------------------------------------------------------------------------
+    Mutant(
+        "lease-never-renews",
+        "patterns/leases.py",
+        (
+            (
+                """                try:
+                    self.renew()
+                    self.renew_error = None
+""",
+                """                try:
+                    self.renew_error = None
+""",
+            ),
+        ),
+        ("tests/patterns/test_lease_liveness.py",),
+        "the background thread of a lease never renews it: an idle live holder is declared "
+        "dead after one lease duration",
+    ),
+    Mutant(
+        "lease-watcher-ignores-renewals",
+        "patterns/leases.py",
+        (("        if seen is None or seen[0] != mark:\n", "        if seen is None:\n"),),
+        ("tests/patterns/test_lease_liveness.py",),
+        "a lease watcher measures silence from its first observation, not from the last "
+        "change: it declares a renewing (live) holder dead",
+    ),
+    # -- backends ----------------------------------------------------------------------------
+    Mutant(
+        "base-ambiguous-conflict-as-lost",
+        "backends/base.py",
+        (
+            (
+                """            if outcome is Conflict.LOST and not ambiguous:
+                return None
+            return self._resolve(key, write_id, replace=replace, cause=None)
+""",
+                """            return None
+""",
+            ),
+        ),
+        (
+            "tests/contract/test_lost_responses.py",
+            "tests/contract/test_claim_read_back.py",
+        ),
+        "BaseMailbox reports a conflict after an ambiguous attempt as lost without reading "
+        "the key back, although its own earlier attempt may be the write stored",
+    ),
+    Mutant(
+        "memory-create-check-then-set",
+        "backends/memory.py",
+        (
+            (
+                """        with store.lock:
+            if key in store.values:
+                return Conflict.LOST
+            store.values[key] = (data, write_id)
+            bisect.insort(store.sorted_keys, key)
+""",
+                """        with store.lock:
+            taken = key in store.values
+        if taken:
+            return Conflict.LOST
+        with store.lock:
+            store.values[key] = (data, write_id)
+            bisect.insort(store.sorted_keys, key)
+""",
+            ),
+        ),
+        ("tests/contract/test_create_interleavings.py",),
+        "memory:// put_if_absent checks and sets under two lock holds: a create between "
+        "them is overwritten and both callers win",
+    ),
+    Mutant(
+        "file-create-check-then-rename",
+        "backends/local.py",
+        (
+            (
+                "                os.link(staged, leaf, src_dir_fd=staging, dst_dir_fd=parent, "
+                "follow_symlinks=False)\n"
+                "                return True\n",
+                """                try:
+                    os.stat(leaf, dir_fd=parent, follow_symlinks=False)
+                    raise FileExistsError(leaf)
+                except FileNotFoundError:
+                    pass
+                os.rename(staged, leaf, src_dir_fd=staging, dst_dir_fd=parent)
+                return True
+""",
+            ),
+        ),
+        ("tests/contract/test_create_interleavings.py",),
+        "file:// put_if_absent checks that the name is free, then renames over it: a create "
+        "in between is overwritten and both callers win",
+    ),
+    Mutant(
+        "memory-cas-ignores-version",
+        "backends/memory.py",
+        (
+            (
+                "            if entry is None or entry[1] != version.token:\n",
+                "            if entry is None:\n",
+            ),
+        ),
+        ("tests/contract/test_contract.py",),
+        "memory:// put_if_match ignores the expected version: a stale swap overwrites",
+    ),
+    Mutant(
+        "file-cas-ignores-version",
+        "backends/local.py",
+        (
+            (
+                "                if current is None or current.version != version:\n",
+                "                if current is None:\n",
+            ),
+        ),
+        ("tests/contract/test_contract.py",),
+        "file:// put_if_match ignores the expected version: a stale swap overwrites",
+    ),
+    Mutant(
+        "file-cas-without-flock",
+        "backends/local.py",
+        (
+            (
+                """                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+""",
+                """                yield
+""",
+            ),
+        ),
+        ("tests/backends/test_local_cas_locking.py",),
+        "file:// compare-and-swap, put and delete lock the key's stripe only within the "
+        "process: two processes can both swap from one version",
+    ),
+    Mutant(
+        "keys-allow-dot-dot",
+        "keys.py",
+        (('        if segment in (".", ".."):\n', '        if segment == ".":\n'),),
+        ("tests/contract/test_contract.py",),
+        "validate_key lets a '..' segment through, so a key can name a path outside "
+        "its directory on file:// and differ between stores",
+    ),
+)
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def _check(mutant: Mutant, source: str) -> None:
+    for original, _ in mutant.edits:
+        found = source.count(original)
+        if found != 1:
+            raise SystemExit(
+                f"mutant {mutant.name}: its original text occurs {found} times in "
+                f"src/gradientmail/{mutant.file} (expected once); the code moved, so update "
+                f"the table in scripts/mutants.py:\n{original}"
+            )
+
+
+def _apply(mutant: Mutant, source: str) -> str:
+    for original, replacement in mutant.edits:
+        source = source.replace(original, replacement)
+    return source
+
+
+def _copy_tree(dest: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        else:
+            shutil.copy2(src, dest / name)
+    emulators = ROOT / ".emulators"
+    if emulators.exists():  # Azurite, if installed; the local selection does not need it
+        (dest / ".emulators").symlink_to(emulators)
+
+
+def _env(copy: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(copy / "src")
+    # Never reuse bytecode: a mutant and the original can share a size and an mtime second.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _pytest(copy: Path, tests: list[str], timeout: float) -> tuple[int | None, str, float]:
+    """Run pytest in ``copy``; ``(exit status or None on timeout, output, seconds)``."""
+    command = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
+    command += ["-k", LOCAL_ONLY, *tests]
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command,
+        cwd=copy,
+        env=_env(copy),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: a timeout ends every child too
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+        status: int | None = process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        status = None
+    return status, output, time.perf_counter() - start
+
+
+def _failed(output: str) -> list[str]:
+    """The node ids pytest's ``-rfE`` summary lists as failed or errored."""
+    return re.findall(r"^(?:FAILED|ERROR) (\S+)", output, flags=re.MULTILINE)
+
+
+def _counts(output: str) -> str:
+    """pytest's final tally, e.g. ``2 failed, 5 passed``."""
+    lines = [
+        line for line in output.strip().splitlines() if re.search(r"\d+ (passed|failed)", line)
+    ]
+    return re.sub(r"=+|\bin [\d.]+s.*", "", lines[-1]).strip() if lines else "no tally"
+
+
+def _by_test(nodes: list[str]) -> str:
+    """``file::test[a, b]; ...``: the failed node ids grouped by test function."""
+    grouped: dict[str, list[str]] = {}
+    for node in nodes:
+        test, _, param = node.partition("[")
+        grouped.setdefault(test.rsplit("/", 1)[-1], []).append(param.rstrip("]"))
+    parts = []
+    for test, params in grouped.items():
+        shown = ", ".join(p for p in params if p)
+        parts.append(f"{test}[{shown}]" if shown else test)
+    return "; ".join(parts)
+
+
+def _selects(selection: str, node: str) -> bool:
+    return node == selection or node.startswith((selection + "::", selection + "["))
+
+
+def _check_import(copy: Path) -> None:
+    probe = [sys.executable, "-c", "import gradientmail; print(gradientmail.__file__)"]
+    where = subprocess.run(
+        probe, cwd=copy, env=_env(copy), capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not where.startswith(str(copy / "src")):
+        raise SystemExit(f"the copy imports gradientmail from {where}, not from {copy}/src")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="run only these mutants")
+    parser.add_argument("--list", action="store_true", help="print the table and exit")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per mutant")
+    args = parser.parse_args(argv)
+
+    unknown = sorted(set(args.names) - {m.name for m in MUTANTS})
+    if unknown:
+        parser.error(f"unknown mutants: {', '.join(unknown)} (see --list)")
+    chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    sources = {}
+    for mutant in chosen:
+        path = ROOT / "src" / "gradientmail" / mutant.file
+        sources[mutant.file] = path.read_text(encoding="utf-8")
+        _check(mutant, sources[mutant.file])
+
+    if args.list:
+        for mutant in chosen:
+            print(f"{mutant.name}\n    {mutant.file}: {mutant.bug}")
+            print(f"    killed by: {' '.join(mutant.tests)}")
+        return 0
+
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gm-mutants-") as tmp:
+        copy = Path(tmp)
+        _copy_tree(copy)
+        _check_import(copy)
+
+        selections = sorted({t for m in chosen for t in m.tests})
+        status, output, seconds = _pytest(copy, selections, args.timeout)
+        broken = _failed(output) if status != 0 else []
+        print(f"baseline (no mutant): {_counts(output)} in {seconds:.1f}s")
+        if status not in (0, 1):
+            print(output[-3000:])
+            print(f"ERROR     the unmutated selection did not run (pytest status {status})")
+            return 1
+        for node in broken:
+            print(f"          fails without any mutant: {node}")
+
+        results: dict[str, int] = {"KILLED": 0, "SURVIVED": 0, "ERROR": 0}
+        for mutant in chosen:
+            if any(_selects(t, node) for t in mutant.tests for node in broken):
+                verdict, detail, seconds = "ERROR", "its tests fail without the mutant", 0.0
+            else:
+                target = copy / "src" / "gradientmail" / mutant.file
+                target.write_text(_apply(mutant, sources[mutant.file]), encoding="utf-8")
+                try:
+                    status, output, seconds = _pytest(copy, list(mutant.tests), args.timeout)
+                finally:
+                    target.write_text(sources[mutant.file], encoding="utf-8")
+                if status is None:
+                    verdict, detail = "KILLED", f"timed out after {args.timeout:.0f}s (a hang)"
+                elif status == 1:
+                    failed = _failed(output)
+                    verdict, detail = (
+                        "KILLED",
+                        f"{_counts(output)}\n{'':10}caught by {_by_test(failed)}",
+                    )
+                elif status == 0:
+                    verdict, detail = "SURVIVED", f"{_counts(output)}: no selected test failed"
+                else:
+                    print(output[-3000:])
+                    verdict, detail = "ERROR", f"pytest exit status {status}"
+            results[verdict] += 1
+            print(f"{verdict:<9} {mutant.name:<48} {seconds:5.1f}s  {detail}", flush=True)
+
+    total = time.perf_counter() - began
+    print(
+        f"{len(chosen)} mutants: {results['KILLED']} killed, {results['SURVIVED']} survived, "
+        f"{results['ERROR']} errors ({total:.0f}s)"
+    )
+    return 0 if results["KILLED"] == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""A claim is decided by reading it back: a lost response or a lying store never misleads it.
+
+:func:`gradientmail.patterns.claims.claim` creates the claim with ``put_if_absent`` and reads
+it back. The read-back decides two cases the create alone cannot:
+
+* the create's response was lost (``OutcomeUnknownError``): our token stored means won,
+  another claimant's token means lost, nothing stored means unknown (raised, never guessed);
+* the store reported a win but holds another claimant's claim: it is not atomic, and
+  ``AtomicityViolationError`` is raised instead of loading the unit twice.
+
+Faults are injected by a wrapper around a real mailbox (every backend), and once through
+``BaseMailbox``'s own retry (a create that landed, whose response was dropped).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gradientmail import AtomicityViolationError, Mailbox, OutcomeUnknownError, Version
+from gradientmail.backends.memory import MemoryMailbox
+from gradientmail.errors import TransientBackendError
+from gradientmail.mailbox import Conflict, RetryPolicy
+from gradientmail.patterns.claims import claim, read_claim
+from gradientmail.patterns.pipeline.item_claims import ItemClaims
+from gradientmail.patterns.shared_queue import UNITS_PREFIX, shared_queue
+from tests.support.delegating import Delegating
+
+KEY = "claims/unit-7"
+
+
+class LostResponse(Delegating):
+    """Sends each create to the store (``send``), then loses its response."""
+
+    def __init__(self, inner: Mailbox, *, send: bool = True) -> None:
+        super().__init__(inner)
+        self.send = send
+        self.creates = 0
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self.creates += 1
+        if self.send:
+            self.inner.put_if_absent(key, data)
+        raise OutcomeUnknownError("the response was lost", key=key, backend=self.inner.url)
+
+
+class ReportsEveryCreateWon(Delegating):
+    """A store that is not atomic: every create is reported won, whatever is stored."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self.inner.put_if_absent(key, data)
+        return True
+
+
+def test_a_claim_whose_create_response_was_lost_is_won_when_its_token_is_stored(
+    box: Mailbox,
+) -> None:
+    assert claim(LostResponse(box), KEY, "me")  # type: ignore[arg-type]
+    stored = read_claim(box, KEY)
+    assert stored is not None
+    assert stored.owner == "me"
+
+
+def test_a_claim_whose_create_response_was_lost_is_lost_when_another_claim_is_stored(
+    box: Mailbox,
+) -> None:
+    assert claim(box, KEY, "other")
+    assert not claim(LostResponse(box), KEY, "me")  # type: ignore[arg-type]
+    stored = read_claim(box, KEY)
+    assert stored is not None
+    assert stored.owner == "other"
+
+
+def test_a_claim_whose_create_response_was_lost_with_nothing_stored_is_unknown(
+    box: Mailbox,
+) -> None:
+    with pytest.raises(OutcomeUnknownError):
+        claim(LostResponse(box, send=False), KEY, "me")  # type: ignore[arg-type]
+    assert read_claim(box, KEY) is None
+
+
+def test_a_create_reported_won_over_another_claim_raises_atomicity_violation(
+    box: Mailbox,
+) -> None:
+    assert claim(box, KEY, "other")
+    with pytest.raises(AtomicityViolationError, match="a claim by 'other'"):
+        claim(ReportsEveryCreateWon(box), KEY, "me")  # type: ignore[arg-type]
+
+
+def test_a_pipeline_item_claim_on_a_store_that_lets_two_win_raises(box: Mailbox) -> None:
+    assert ItemClaims(box, "first", 1).claim("p", 0) is not None
+    lying = ItemClaims(ReportsEveryCreateWon(box), "second", 1)  # type: ignore[arg-type]
+    with pytest.raises(AtomicityViolationError, match="a claim by 'first'"):
+        lying.claim("p", 0)
+
+
+def test_a_learner_whose_claim_response_was_lost_still_loads_the_unit_once(box: Mailbox) -> None:
+    class FirstClaimLost(Delegating):
+        """The first unit claim lands, but its response is lost."""
+
+        lost = False
+
+        def put_if_absent(self, key: str, data: bytes) -> bool:
+            if key.startswith(UNITS_PREFIX) and not self.lost:
+                self.lost = True
+                self.inner.put_if_absent(key, data)
+                raise OutcomeUnknownError("the response was lost", key=key)
+            return bool(self.inner.put_if_absent(key, data))
+
+    loaded: list[str] = []
+
+    def load(unit: str) -> list[str]:
+        loaded.append(unit)
+        return [unit]
+
+    flaky = FirstClaimLost(box)
+    with shared_queue(
+        {"a": "a", "b": "b"},
+        mailbox=flaky,  # type: ignore[arg-type]
+        learner_id="l",
+        load=load,
+        wait_for_others=False,  # a unit wrongly believed lost would end the run, not hang it
+    ) as q:
+        assert sorted(q) == ["a", "b"]
+    assert flaky.lost
+    assert sorted(loaded) == ["a", "b"], "each unit loaded exactly once"
+
+
+class DropsFirstResponse(MemoryMailbox):
+    """memory:// whose first create lands and then loses its response in transport."""
+
+    retry_policy = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
+    dropped = False
+
+    def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
+        outcome = super()._create(key, data, write_id)
+        if not self.dropped:
+            self.dropped = True
+            raise TransientBackendError("connection reset after the request was sent", key=key)
+        return outcome
+
+
+def test_a_claim_retried_by_the_backend_after_a_dropped_response_is_won(
+    request: pytest.FixtureRequest,
+) -> None:
+    """BaseMailbox retries; the retry meets our own claim, and reading back says it is ours."""
+    box = DropsFirstResponse(f"claim-read-back-{request.node.name}")
+    assert claim(box, KEY, "me")
+    assert box.dropped
+    stored = read_claim(box, KEY)
+    assert stored is not None
+    assert stored.owner == "me"

@@ -1,0 +1,128 @@
+"""Leases: a live holder renews on its own and is never declared dead; a silent one is.
+
+Every pattern whose workers can die rests on :mod:`gradientmail.patterns.leases`: a holder's
+background thread rewrites its record, an observer declares it dead only after seeing the
+record unchanged for the lease duration, and a holder declared dead stops acting. Here a
+holder is idle (it never calls ``ensure_fresh``), so only its background renewals keep it
+alive; and a pipeline producer declared lost must refuse its next items. Each test runs on
+every backend.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from gradientmail import Capability, LeaseLostError, Mailbox
+from gradientmail.patterns.claims import decode_record
+from gradientmail.patterns.leases import Lease, LeaseWatcher
+from gradientmail.patterns.pipeline import Pipeline, PipelineAbortedError
+from gradientmail.patterns.pipeline.records import PRODUCER_LEASES
+from tests.support.pipeline_workers import FAST, payload
+
+pytestmark = pytest.mark.timeout(60)
+
+#: Bound on waits for something a background thread does within a fraction of a second.
+BOUND = 10.0
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` (bounded): it is made true by another thread or by time passing."""
+    deadline = time.monotonic() + BOUND
+    pause = threading.Event()  # never set: wait() is the polling period
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {BOUND}s: {what}"
+        pause.wait(0.01)
+
+
+@pytest.fixture
+def cas_box(box: Mailbox) -> Mailbox:
+    if not box.supports(Capability.COMPARE_AND_SWAP):
+        pytest.skip("leases are fenced with compare-and-swap")
+    return box
+
+
+def test_a_started_lease_renews_in_the_background(cas_box: Mailbox) -> None:
+    lease = Lease(cas_box, "leases/h", "h", duration=3.0, period=0.05)
+    lease.acquire()
+    lease.start()
+    try:
+        _until(lambda: lease.renewals >= 4, "three background renewals")
+        record = decode_record(cas_box.get("leases/h"))
+        assert record is not None
+        assert record["seq"] >= 3, "each renewal rewrote the record"
+        assert record["state"] == "running"
+    finally:
+        lease.end()
+    ended = decode_record(cas_box.get("leases/h"))
+    assert ended is not None
+    assert ended["state"] == "finished"
+
+
+def test_a_watcher_never_declares_a_renewing_holder_dead(cas_box: Mailbox) -> None:
+    lease = Lease(cas_box, "leases/h", "h", duration=1.0, period=0.05)
+    lease.acquire()
+    lease.start()
+    watcher = LeaseWatcher(cas_box, "leases/", duration=1.0)
+    try:
+        first = time.monotonic()
+        seen: list[bool] = []
+
+        def watched_past_the_duration() -> bool:
+            seen.append(watcher.observe("h").dead)
+            return time.monotonic() - first > 1.3  # longer than one whole lease
+
+        _until(watched_past_the_duration, "1.3 s of watching")
+        assert not any(seen), f"declared dead at observation {seen.index(True)} of {len(seen)}"
+        assert lease.renewals > 10
+        lease.renew()  # still the holder: nobody wrote its record
+    finally:
+        lease.end()
+
+
+def test_a_watcher_declares_a_silent_holder_dead_and_fences_it(cas_box: Mailbox) -> None:
+    lease = Lease(cas_box, "leases/h", "h", duration=0.3)
+    lease.acquire()  # never started: nothing renews it
+    watcher = LeaseWatcher(cas_box, "leases/", duration=0.3)
+    assert not watcher.observe("h").dead, "just acquired"
+    _until(lambda: watcher.observe("h").dead, "the silent holder declared dead")
+    assert watcher.declare_lost("h", "w")
+    record = decode_record(cas_box.get("leases/h"))
+    assert record is not None
+    assert (record["state"], record["lost_by"]) == ("lost", "w")
+    with pytest.raises(LeaseLostError, match="declared lost by 'w'"):
+        lease.renew()
+    with pytest.raises(LeaseLostError):
+        lease.ensure_fresh()
+
+
+def test_a_producer_declared_lost_refuses_its_next_items(cas_box: Mailbox) -> None:
+    pipe = Pipeline.over_mailbox(cas_box, ["p"], **{**FAST, "stall_timeout": 3.0})
+    producer = pipe.producer("p")
+    producer.put(payload("p", 0))
+    watcher = LeaseWatcher(cas_box, PRODUCER_LEASES, duration=FAST["lease"])
+
+    def declared() -> bool:
+        # The producer renews every 0.1 s; declaring wins once no renewal comes in between.
+        watcher.observe("p")
+        return watcher.declare_lost("p", "a consumer")
+
+    _until(declared, "the producer's lease swapped to lost")
+    refused: list[PipelineAbortedError] = []
+
+    def refuses() -> bool:
+        try:
+            producer.put(payload("p", 1))
+        except PipelineAbortedError as exc:
+            refused.append(exc)
+            return True
+        return False
+
+    # Puts may land until its next renewal (0.1 s) shows the lease was taken; never after.
+    _until(refuses, "put() refused after the producer was declared lost")
+    assert "was declared lost" in str(refused[0])
+    with pytest.raises(PipelineAbortedError):
+        producer.put(payload("p", 2))
