@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS := constraints/ci.txt
 AZURITE := azurite@3.35.0
 
-.PHONY: demo test test-fast wheel-check lint bench clean
+.PHONY: demo test test-fast wheel-check lint bench mutants clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,8 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check src tests conformance examples benchmarks
-	$(BIN)/ruff format --check src tests conformance examples benchmarks
+	$(BIN)/ruff check src tests conformance examples benchmarks scripts
+	$(BIN)/ruff format --check src tests conformance examples benchmarks scripts
 	$(BIN)/mypy
 
 test: lint .emulators/node_modules/.bin/azurite-blob
@@ -51,6 +51,11 @@ wheel-check: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed
 	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Not part of `test` (CI stays fast): applies each deliberate bug in scripts/mutants.py to a
+# copy of the tree and checks that its fast tests fail (about two minutes).
+mutants: $(VENV)/.test-installed
+	$(BIN)/python scripts/mutants.py
 
 clean:
 	rm -rf $(VENV) .emulators .pytest_cache .mypy_cache .ruff_cache src/gradientmail.egg-info

@@ -228,9 +228,7 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
             ),
         ),
-        (
-            "tests/patterns/test_shared_queue.py::test_loader_is_never_more_than_prefetch_items_ahead",
-        ),
+        ("tests/patterns/test_prefetch_bound.py",),
         "the handoff buffer holds prefetch + 1 items: the loader runs one item further ahead",
     ),
     Mutant(
