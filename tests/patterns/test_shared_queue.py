@@ -24,8 +24,10 @@ from gradientmail import (
     NotSupportedError,
     TransientBackendError,
 )
+from gradientmail.patterns import shared_queue as shared_queue_module
 from gradientmail.patterns.common import WorkerError, read_claim
 from gradientmail.patterns.shared_queue import UNITS_PREFIX, shared_queue
+from gradientmail.patterns.workers import HandoffBuffer
 from tests.support.rigs import Rig
 
 #: Rigs whose put_if_absent is atomic under concurrency: one per backend.
@@ -55,6 +57,27 @@ def claims_in(box: Mailbox) -> list[str]:
 
 def queue_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("gradientmail-shared-queue")]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout`` passes (a bounded condition)."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()  # never set: wait() is the polling period
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(0.005)
+    return True
+
+
+def loader_ended(learner: str) -> bool:
+    """Whether ``learner``'s loader thread has ended.
+
+    The loader queues its failure (or the end marker) as the very last thing it does, so
+    once its thread is gone whatever it had to say is in the buffer, behind its items.
+    """
+    name = f"gradientmail-shared-queue-{learner}"
+    return not [t for t in threading.enumerate() if t.name == name]
 
 
 class DelegatingMailbox:
@@ -326,7 +349,46 @@ class CountingClaims(DelegatingMailbox):
         return bool(self.inner.put_if_absent(key, data))
 
 
-def test_no_unit_is_claimed_while_the_buffer_is_full(box: Mailbox) -> None:
+class ObservedBuffer(HandoffBuffer[Any]):
+    """A handoff buffer that says when its producer is blocked on it for want of room.
+
+    Every way the loader can block on the buffer (waiting for room, or putting into a full
+    buffer) goes through these two methods. While ``blocked`` is set the loader is stuck
+    until the consumer takes an item, so what it has claimed by then is all it will claim.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.blocked = False
+        self.observed = threading.Condition()
+
+    def _blocking(self, call: Callable[[], bool]) -> bool:
+        with self.observed:
+            self.blocked = len(self) >= self.capacity
+            self.observed.notify_all()
+        try:
+            return call()
+        finally:
+            with self.observed:
+                self.blocked = False
+
+    def wait_for_room(self) -> bool:
+        return self._blocking(super().wait_for_room)
+
+    def put(self, entry: Any) -> bool:
+        return self._blocking(lambda: super(ObservedBuffer, self).put(entry))
+
+
+def test_no_unit_is_claimed_while_the_buffer_is_full(
+    box: Mailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    buffers: list[ObservedBuffer] = []
+
+    def observed_buffer(capacity: int) -> ObservedBuffer:
+        buffers.append(ObservedBuffer(capacity))
+        return buffers[-1]
+
+    monkeypatch.setattr(shared_queue_module, "HandoffBuffer", observed_buffer)
     prefetch = 2
     units = {f"u{i}": i for i in range(6)}
     counting = CountingClaims(box)
@@ -348,12 +410,19 @@ def test_no_unit_is_claimed_while_the_buffer_is_full(box: Mailbox) -> None:
         load=load,
         prefetch=prefetch,
     ) as q:
+        (buffer,) = buffers
         for consumed in range(3):
             counting.limit = consumed + prefetch
             with progress:  # the buffer fills up: one item per unit
-                assert progress.wait_for(lambda c=consumed: loads == c + prefetch, timeout=10)
-            # Give a loader that ignored the bound time to claim more (it would at once).
-            assert not counting.too_many.wait(0.2), "claimed a unit while the buffer was full"
+                assert progress.wait_for(lambda c=consumed: loads >= c + prefetch, timeout=10)
+            # Wait until the loader blocks on the full buffer: it can claim nothing more
+            # until we take an item, so the count is final (and one claim too many shows).
+            # (It left its previous wait before loading the item counted above.)
+            with buffer.observed:
+                assert buffer.observed.wait_for(lambda: buffer.blocked, timeout=10)
+            assert len(buffer) == prefetch
+            assert not counting.too_many.is_set(), "claimed a unit while the buffer was full"
+            assert counting.claims == loads == consumed + prefetch
             next(q)
         assert len(list(q)) == len(units) - 3
     assert counting.claims == len(units)
@@ -377,6 +446,9 @@ def test_load_error_arrives_after_the_items_before_it_chained(box: Mailbox, k: i
                 raise Boom(f"item {n} of {unit}")
             yield f"{unit}-{n}"
 
+    # prefetch=16 holds every item before the error, so the loader never waits for room:
+    # it buffers them, queues the error behind them and ends before anything is taken.
+
     got: list[str] = []
     with (  # noqa: PT012 - the error arrives mid-loop
         pytest.raises(WorkerError) as caught,
@@ -384,7 +456,10 @@ def test_load_error_arrives_after_the_items_before_it_chained(box: Mailbox, k: i
             {"only": "only"}, mailbox=box, learner_id="l", load=exploding_load, prefetch=16
         ) as q,
     ):
-        assert failed.wait(10)  # the error is already queued behind the items
+        assert failed.wait(10)
+        # Only once the loader has ended is the error certainly queued behind the items
+        # (the event above is set before the error is even raised).
+        assert wait_until(lambda: loader_ended("l")), "the loader never ended"
         got.extend(q)
     assert got == [f"only-{n}" for n in range(1, k)]
     error = caught.value
@@ -426,6 +501,9 @@ def test_mailbox_error_arrives_after_the_items_before_it_chained(box: Mailbox) -
         shared_queue(units, mailbox=failing, learner_id="l", load=load, prefetch=8) as q,  # type: ignore[arg-type]
     ):
         assert failing.failed.wait(10)
+        # The claim failed before the error is queued: wait until the loader has ended,
+        # its last act, so the error is in the buffer behind the first unit's items.
+        assert wait_until(lambda: loader_ended("l")), "the loader never ended"
         got.extend(q)
     assert got == [0, 1, 2]
     assert isinstance(caught.value.__cause__, TransientBackendError)
@@ -623,8 +701,26 @@ def test_bad_learner_id_is_refused(box: Mailbox) -> None:
 
 def test_telemetry_counts_claims_items_and_waits(box: Mailbox) -> None:
     units = {f"u{i}": f"u{i}" for i in range(5)}
-    with shared_queue(units, mailbox=box, learner_id="l", load=three_items) as q:
-        assert len(list(q)) == 15
+    step = 0.02  # each item takes the loader this long: slow I/O, simulated
+
+    def slow_items(unit: str) -> Iterator[tuple[str, int]]:
+        for item in three_items(unit):
+            time.sleep(step)  # the workload, not synchronisation
+            yield item
+
+    in_next = 0.0  # the consumer's time inside next(), measured around each call
+    with shared_queue(units, mailbox=box, learner_id="l", load=slow_items) as q:
+        taken = 0
+        while True:
+            began = time.perf_counter()
+            try:
+                next(q)
+            except StopIteration:
+                break
+            finally:
+                in_next += time.perf_counter() - began
+            taken += 1
+        assert taken == 15
         stats = q.stats.snapshot()
     assert stats.units_claimed == 5
     assert stats.units_finished == 5
@@ -632,7 +728,10 @@ def test_telemetry_counts_claims_items_and_waits(box: Mailbox) -> None:
     assert stats.conflicts_lost == 0
     assert stats.claim_latency.count == 5
     assert stats.claim_latency.max > 0
-    assert stats.wait_s >= 0
+    # The consumer did nothing but wait for a loader that needs 15 steps: next() spent at
+    # least most of that waiting, and wait_s is the part of it spent blocked, no more.
+    assert in_next >= 5 * step, in_next
+    assert 0.5 * in_next <= stats.wait_s <= in_next, (stats.wait_s, in_next)
     assert stats.listings >= 1
     assert stats.as_dict()["claim_latency"]["count"] == 5
 
