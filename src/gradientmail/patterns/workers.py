@@ -97,6 +97,25 @@ class CarriedError:
         return f"<CarriedError {self.type_name}: {self.message[:60]!r}>"
 
 
+class _CountedCondition(threading.Condition):
+    """A condition variable that counts the threads blocked in :meth:`wait` right now.
+
+    ``waiting`` changes only while the condition's lock is held (``wait`` is called with it
+    held and returns with it held again), so it is read consistently under that lock.
+    """
+
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__(lock)
+        self.waiting = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting += 1
+        try:
+            return super().wait(timeout)
+        finally:
+            self.waiting -= 1
+
+
 class HandoffBuffer(Generic[T]):
     """A bounded FIFO from one producer thread to one consumer, that can be closed.
 
@@ -108,6 +127,8 @@ class HandoffBuffer(Generic[T]):
       marker, a carried error), so it never waits behind the bound.
     * :meth:`get` returns entries in the order they were put; it blocks while the buffer is
       empty and returns ``(entry, seconds_waited)``.
+    * :attr:`waiting_for_room` counts the producers blocked for want of room right now, so a
+      caller (a test, a monitor) can tell that the producer has reached the bound and stopped.
     """
 
     __slots__ = ("_closed", "_counted", "_entries", "_lock", "_not_empty", "_not_full", "capacity")
@@ -121,7 +142,7 @@ class HandoffBuffer(Generic[T]):
         self._closed = False
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
-        self._not_full = threading.Condition(self._lock)
+        self._not_full = _CountedCondition(self._lock)
 
     @property
     def closed(self) -> bool:
@@ -131,6 +152,16 @@ class HandoffBuffer(Generic[T]):
     def __len__(self) -> int:
         """Counted entries buffered now."""
         return self._counted
+
+    @property
+    def waiting_for_room(self) -> int:
+        """Threads blocked now in :meth:`put` or :meth:`wait_for_room` because the buffer is full.
+
+        Non-zero means the producer has stopped at the bound: it makes no further entry until
+        :meth:`get` takes a counted one (or :meth:`close` is called).
+        """
+        with self._lock:
+            return self._not_full.waiting
 
     def wait_for_room(self) -> bool:
         """Block until a counted entry fits; ``False`` if the buffer is (or gets) closed."""
