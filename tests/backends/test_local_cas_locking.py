@@ -6,12 +6,20 @@ steps one. The process-local lock alone would pass every thread test, so each te
 involves another process: one holds the key's lock and the swap must wait for it; two
 processes increment one counter and no increment may be lost. Threads on separate handles
 are checked too.
+
+That a write waits is shown without watching it for a while: Linux lists in ``/proc/locks``
+every ``flock`` a process is blocked on (a line marked ``->``, naming the locked file's
+device and inode). Once the writer is listed there it cannot finish until the holder lets
+go; a writer that skips the ``flock`` is never listed and finishes at once.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,16 +27,46 @@ import pytest
 from gradientmail import from_url
 from gradientmail.backends.local import FileMailbox
 from gradientmail.conformance.races import cas_counter
+from gradientmail.errors import KeyNotFoundError
 from tests.support.rigs import Rig
 
 pytestmark = pytest.mark.timeout(120)
 
 KEY = "counters/c"
 JOIN = 60.0
-#: How long a blocked writer is watched to see that it waits. Waiting is all a correct
-#: writer can do here, so a longer watch cannot fail it; a writer that skips the lock
-#: finishes in milliseconds.
-WATCH = 0.5
+#: Seconds a condition that must come true is given (it takes milliseconds when correct).
+BOUND = 30.0
+#: Seconds between two looks at /proc/locks, which nothing notifies.
+POLL = 0.005
+PROC_LOCKS = Path("/proc/locks")
+
+
+def _eventually(condition: Callable[[], bool], what: str) -> None:
+    """Wait until ``condition()`` holds; fail after BOUND s."""
+    deadline = time.monotonic() + BOUND
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {BOUND} s: {what}"
+        time.sleep(POLL)
+
+
+def _inodes(directory: Path) -> set[int]:
+    """The inode numbers of the files in ``directory``."""
+    return {path.stat().st_ino for path in directory.iterdir()}
+
+
+def _blocked_flock_inodes() -> set[int]:
+    """The inodes of the files some process waits to ``flock`` now, from /proc/locks.
+
+    A waiter's line reads ``N: -> FLOCK ADVISORY WRITE <pid> <maj>:<min>:<inode> 0 EOF``.
+    Only the inode is compared: on overlay file systems the device /proc/locks names can
+    differ from ``st_dev``, and the pid from ``os.getpid()`` in another pid namespace.
+    """
+    blocked = set()
+    for line in PROC_LOCKS.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 7 and fields[1] == "->" and fields[2] == "FLOCK":
+            blocked.add(int(fields[6].rsplit(":", 1)[1]))
+    return blocked
 
 
 def hold_key_lock(url: str, key: str, locked: Any, release: Any) -> None:
@@ -50,12 +88,23 @@ WRITES = {
     "put": lambda box: box.put(KEY, b"put"),
     "delete": lambda box: box.delete(KEY),
 }
+#: What the key holds once each write has run (``None``: no key).
+AFTER = {"put_if_match": b"swapped", "put": b"put", "delete": None}
 
 
+def _value(box: Any) -> bytes | None:
+    try:
+        return box.get(KEY)  # type: ignore[no-any-return]
+    except KeyNotFoundError:
+        return None
+
+
+@pytest.mark.skipif(not PROC_LOCKS.exists(), reason="needs Linux's /proc/locks")
 @pytest.mark.parametrize("write", list(WRITES))
 def test_a_write_waits_while_another_process_holds_the_keys_lock(rig_file: Rig, write: str) -> None:
     url = rig_file.url()
     box = rig_file.open(url)
+    assert isinstance(box, FileMailbox)
     box.put(KEY, b"before")
     ctx = mp.get_context("spawn")
     locked, release = ctx.Event(), ctx.Event()
@@ -75,8 +124,16 @@ def test_a_write_waits_while_another_process_holds_the_keys_lock(rig_file: Rig, 
     writer = threading.Thread(target=run, name=f"writer-{write}")
     try:
         assert locked.wait(JOIN), "the other process never took the lock"
+        # The lock stripes of this fresh mailbox, which only this test's writers flock: a
+        # waiter on one of them is our writer (the holder has its lock, it does not wait).
+        stripes = _inodes(Path(box.root) / ".locks")
         writer.start()
-        assert not done.wait(WATCH), f"{write} ran while another process held the key's lock"
+        _eventually(
+            lambda: done.is_set() or bool(_blocked_flock_inodes() & stripes),
+            f"{write} blocked on a lock stripe's flock",
+        )
+        assert not done.is_set(), f"{write} ran while another process held the key's lock"
+        assert _value(box) == b"before"
     finally:
         release.set()
         holder.join(JOIN)
@@ -84,6 +141,7 @@ def test_a_write_waits_while_another_process_holds_the_keys_lock(rig_file: Rig, 
     assert done.is_set()
     assert errors == []
     assert holder.exitcode == 0
+    assert _value(box) == AFTER[write]
 
 
 def test_cas_counters_in_two_processes_lose_no_increment(rig_file: Rig) -> None:
