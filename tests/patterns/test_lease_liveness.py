@@ -76,6 +76,7 @@ def test_a_watcher_never_declares_a_renewing_holder_dead(cas_box: Mailbox) -> No
             seen.append(watcher.observe("h").dead)
             return time.monotonic() - first > 1.3  # longer than one whole lease
 
+        # A timed window is inherent: 'dead' is only declared once a lease duration passes.
         _until(watched_past_the_duration, "1.3 s of watching")
         assert not any(seen), f"declared dead at observation {seen.index(True)} of {len(seen)}"
         assert lease.renewals > 10
