@@ -480,6 +480,16 @@ PUBLIC_API: dict[str, list[str]] = {
         "plot_gantt",
         "read_status",
     ],
+    "gradientmail.testing": [
+        "AZURE_LIKE",
+        "GCS_LIKE",
+        "Latency",
+        "LatencyMailbox",
+        "NO_LATENCY",
+        "RequestCounts",
+        "S3_LIKE",
+        "key_group",
+    ],
     "gradientmail.torch": ["SharedQueueDataset"],
     "gradientmail.urls": [
         "BUILTIN_SCHEMES",
