@@ -41,70 +41,158 @@ def staging(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return str(request.param)
 
 
-def _writer(root: str, started: mp.synchronize.Event, fsync: bool) -> None:  # type: ignore[name-defined]
-    box = from_url(root, fsync=fsync)
-    i = 0
-    while True:
-        value = bytes([i % 256]) * BIG
-        box.put_if_absent(f"big/{i:06d}", value)
-        box.put(f"over/{i % 3}", value)
-        i += 1
-        if i == 3:
-            started.set()  # three whole writes done; the parent kills us mid-way in later ones
+def _stop_mid_write(root: str, operation: str, staged: MpEvent) -> None:
+    """Write a new ``BIG`` value to ``k`` by ``operation``, stopping half-way through it.
+
+    The staged file's bytes go through ``os.writev``; this child's copy writes the first
+    half of them for real, tells the parent (``staged``) and blocks reading a pipe nobody
+    writes to, so the parent's SIGKILL lands while a half-written staged file exists, every
+    time. (Not an event: a process killed while waiting on one leaves it unusable.)
+    """
+    never, _ = os.pipe()
+    box = FileMailbox(root)
+    _, version = box.get_versioned("k")
+    real_writev = os.writev
+
+    def half_then_hang(fd: int, buffers: Any) -> int:
+        data = b"".join(bytes(b) for b in buffers)
+        half = data[: len(data) // 2]
+        done = 0
+        while done < len(half):
+            done += real_writev(fd, [half[done:]])
+        staged.set()
+        os.read(never, 1)  # killed here
+        raise AssertionError("the parent was to kill this process")
+
+    os.writev = half_then_hang  # this child's only: the parent is another process
+    new = b"\x02" * BIG
+    if operation == "create":
+        box.put_if_absent("new", new)
+    elif operation == "overwrite":
+        box.put("k", new)
+    else:
+        box.put_if_match("k", new, version)
 
 
-@pytest.mark.parametrize("fsync", [True, False], ids=["fsync", "no-fsync"])
+def _staged_files_of(pid: int, staging: Path) -> dict[str, int]:
+    """The files in ``staging`` that process ``pid`` holds open: link text → size.
+
+    Seen through ``/proc/<pid>/fd``, so a staged file without a name (``O_TMPFILE``)
+    shows too, as ``<staging>/#<inode> (deleted)``.
+    """
+    found = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith(f"{staging}/"):
+                found[target] = os.stat(f"/proc/{pid}/fd/{fd}").st_size
+        except FileNotFoundError:
+            continue  # closed meanwhile
+    return found
+
+
+@pytest.mark.parametrize("operation", ["create", "overwrite", "compare-and-swap"])
 def test_sigkill_mid_write_leaves_no_partial_key_or_debris(
-    tmp_root: str, fsync: bool, staging: str
+    tmp_root: str, operation: str, staging: str
 ) -> None:
+    box = FileMailbox(tmp_root)
+    old = b"\x01" * BIG
+    box.put("k", old)
+    _, version = box.get_versioned("k")
+    tmp = Path(tmp_root, ".tmp")
     ctx = mp.get_context("fork")
-    started = ctx.Event()
-    proc = ctx.Process(target=_writer, args=(tmp_root, started, fsync))
+    staged = ctx.Event()
+    proc = ctx.Process(target=_stop_mid_write, args=(tmp_root, operation, staged))
     proc.start()
-    assert started.wait(60), "writer never completed three writes"
-    assert proc.pid is not None
-    os.kill(proc.pid, signal.SIGKILL)  # without warning, while it writes 8 MiB values
-    proc.join()
+    try:
+        assert staged.wait(60), "the writer never got half-way through its staged file"
+        assert proc.pid is not None
+        # The kill lands mid-write: the writer holds one staged file, half written.
+        held = _staged_files_of(proc.pid, tmp)
+        assert len(held) == 1, held
+        (target, size), header = next(iter(held.items())), len(local_layout.header("0" * 32))
+        assert size == (header + BIG) // 2, f"{target}: {size} bytes"
+        named = sorted(os.listdir(tmp))
+        if staging == "named":
+            assert [str(tmp / n) for n in named] == [target]
+        else:
+            assert named == [], "an unnamed staged file has no name until it is whole"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.exitcode is None:
+            proc.kill()  # the test failed before its own kill: never leave the writer
+        proc.join(30)
     assert proc.exitcode == -signal.SIGKILL
-    staged_before = os.listdir(os.path.join(tmp_root, ".tmp"))
+    # A named staged file outlives its writer until a sweep; an unnamed one never had a name.
+    assert sorted(os.listdir(tmp)) == named
     reopened = from_url(tmp_root)  # a new handle sweeps the dead writer's staged files
-    keys = list(reopened.list())
-    assert keys, "the writer stored nothing before the kill"
-    for key in keys:
-        value = reopened.get(key)
-        assert len(value) == BIG, f"{key} holds {len(value)} bytes: a partial value is visible"
-        assert value == bytes([value[0]]) * BIG
-    assert all(k.startswith(("big/", "over/")) for k in keys)
-    assert os.listdir(os.path.join(tmp_root, ".tmp")) == [], (
-        f"staged debris left after reopen (before: {staged_before})"
-    )
+    assert os.listdir(tmp) == [], "the dead writer's staged file was not swept"
+    # Nothing of the new value is visible: the old value is whole, its version unchanged.
+    assert list(reopened.list()) == ["k"]
+    assert reopened.get_versioned("k") == (old, version)  # type: ignore[attr-defined]
+    # ... and nothing blocks the next writer.
+    assert reopened.put_if_absent("new", b"after")
+    assert reopened.put_if_match("k", b"after", version) is not None  # type: ignore[attr-defined]
 
 
 def test_readers_never_see_a_partial_value(tmp_root: str) -> None:
     box = FileMailbox(tmp_root, fsync=False)
-    stop = threading.Event()
     size = 1024 * 1024
+    box.put("k/0", bytes([255]) * size)  # something to read from the first moment
+    stop = threading.Event()
     problems: list[str] = []
+    errors: list[BaseException] = []
+    readers = 2
+    reads = [0] * readers
+    progress = threading.Condition()
 
-    def read_loop() -> None:
+    def read_loop(n: int) -> None:
         reader = FileMailbox(tmp_root, fsync=False)
-        while not stop.is_set():
-            for key in reader.list("k/"):
-                value = reader.get(key)
-                if len(value) != size or value.count(value[:1]) != size:
-                    problems.append(f"{key}: {len(value)} bytes")
+        try:
+            while not stop.is_set():
+                for key in reader.list("k/"):
+                    value = reader.get(key)
+                    if len(value) != size or value.count(value[:1]) != size:
+                        problems.append(f"{key}: {len(value)} bytes")
+                    with progress:
+                        reads[n] += 1
+                        progress.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(exc)
+            with progress:
+                progress.notify_all()
 
-    threads = [threading.Thread(target=read_loop) for _ in range(2)]
+    def every_reader_read_since(before: list[int]) -> bool:
+        """Wait (bounded) until each reader has finished a read begun after ``before``."""
+
+        def caught_up() -> bool:
+            return bool(errors) or all(r > b + 1 for r, b in zip(reads, before, strict=True))
+
+        with progress:
+            return progress.wait_for(caught_up, 30)
+
+    threads = [threading.Thread(target=read_loop, args=(n,)) for n in range(readers)]
     for t in threads:
         t.start()
+    overlapping = 0
     try:
         for i in range(60):
+            before = list(reads)
             box.put_if_absent(f"k/{i}", bytes([i]) * size)
             box.put(f"k/{i % 5}", bytes([i + 1]) * size)
+            if i % 10 == 9:
+                # The readers keep up with the writes, so reads and writes overlap all along.
+                assert every_reader_read_since(before), f"a reader stalled: {reads}"
+                overlapping += 1
     finally:
         stop.set()
         for t in threads:
-            t.join()
+            t.join(30)
+    assert not [t for t in threads if t.is_alive()], "a reader hung"
+    if errors:
+        raise errors[0]
+    assert overlapping == 6
+    assert all(r > 0 for r in reads), reads
     assert problems == []
 
 
