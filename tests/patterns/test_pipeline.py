@@ -321,23 +321,52 @@ def test_a_blocked_producer_resumes_when_a_consumer_takes_an_item() -> None:
     assert seen == list(range(50))
 
 
+class AnnouncedCondition(threading.Condition):
+    """A condition that announces each wait, so a test knows a thread is about to block.
+
+    ``wait`` is entered holding the lock and releases it only by waiting, so anything that
+    needs the lock after the announcement runs while the waiter is blocked.
+    """
+
+    def __init__(self, lock: Any) -> None:
+        super().__init__(lock)
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
 def test_abort_stops_consumers_and_blocked_producers() -> None:
-    pipe = Pipeline.in_process(["p"], capacity=1, stall_timeout=30)
+    # No stall timeout: only the abort can end the producer's wait.
+    pipe = Pipeline.in_process(["p"], capacity=1, stall_timeout=None)
+    core = pipe._transport  # type: ignore[attr-defined]
+    core.not_full = backpressure = AnnouncedCondition(core.lock)
     out = pipe.producer("p")
     out.put(0)
     errors: list[BaseException] = []
+    returned = threading.Event()
 
     def blocked_put() -> None:
         try:
             out.put(1)
+            returned.set()
         except PipelineAbortedError as exc:
             errors.append(exc)
 
-    thread = threading.Thread(target=blocked_put)
+    thread = threading.Thread(target=blocked_put, daemon=True)  # daemon: a hang fails, not waits
     thread.start()
+    # Abort only once the producer waits for room: abort() takes the lock the producer
+    # gives up only by waiting, so the abort reaches a producer that is blocked.
+    assert backpressure.waiting.wait(JOIN), "the producer never waited for room"
+    assert thread.is_alive()
+    assert not returned.is_set()
     pipe.abort("operator said stop")
     _join([thread])
+    assert not returned.is_set(), "the blocked put went through"
     assert len(errors) == 1
+    assert "operator said stop" in str(errors[0])
+    assert pipe.stats().producers["p"].items == 1
     with pytest.raises(PipelineAbortedError, match="operator said stop"):
         next(pipe.consumer())
 
