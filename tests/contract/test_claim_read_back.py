@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import pytest
 
-from gradientmail import AtomicityViolationError, Mailbox, OutcomeUnknownError, Version
+from gradientmail import (
+    AtomicityViolationError,
+    LeaseLostError,
+    Mailbox,
+    OutcomeUnknownError,
+    Version,
+)
 from gradientmail.backends.memory import MemoryMailbox
 from gradientmail.errors import TransientBackendError
 from gradientmail.mailbox import Conflict, RetryPolicy
-from gradientmail.patterns.claims import claim, read_claim
+from gradientmail.patterns.claims import claim, claim_body, new_token, read_claim
 from gradientmail.patterns.pipeline.item_claims import ItemClaims
 from gradientmail.patterns.shared_queue import UNITS_PREFIX, shared_queue
 from tests.support.delegating import Delegating
@@ -149,3 +155,58 @@ def test_a_claim_retried_by_the_backend_after_a_dropped_response_is_won(
     stored = read_claim(box, KEY)
     assert stored is not None
     assert stored.owner == "me"
+
+
+class TakenOverBeforeTheReadBack(Delegating):
+    """After our create wins, another learner takes the claim over before we read it back.
+
+    This is what a learner paused (SIGSTOP, a long GC pause) between its create and its
+    read-back meets: its lease lapsed meanwhile, and a takeover swapped the claim, listing
+    it in ``previous``. ``previous`` names who the new claim replaced.
+    """
+
+    def __init__(self, inner: Mailbox, previous: list[str]) -> None:
+        super().__init__(inner)
+        self.previous = previous
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        won = self.inner.put_if_absent(key, data)
+        assert won, "the key was free"
+        _, version = self.inner.get_versioned(key)
+        taken = claim_body("taker", new_token(), state="claimed", previous=self.previous)
+        assert self.inner.put_if_match(key, taken, version) is not None
+        return won
+
+
+def test_a_claim_taken_over_before_its_read_back_fences_the_claimant(box: Mailbox) -> None:
+    """Not an atomicity violation: the store is fine, the claimant stalled past its lease."""
+    with pytest.raises(LeaseLostError) as caught:
+        claim(TakenOverBeforeTheReadBack(box, ["me"]), KEY, "me")  # type: ignore[arg-type]
+    assert caught.value.learner == "me"
+    assert "taken over by 'taker'" in str(caught.value)
+    stored = read_claim(box, KEY)
+    assert stored is not None
+    assert stored.owner == "taker", "the takeover stands"
+
+
+def test_a_claim_replaced_by_one_that_never_listed_the_claimant_is_a_violation(
+    box: Mailbox,
+) -> None:
+    """A replacement that does not name us as a former owner cannot be a takeover of ours."""
+    with pytest.raises(AtomicityViolationError):
+        claim(TakenOverBeforeTheReadBack(box, ["someone-else"]), KEY, "me")  # type: ignore[arg-type]
+
+
+def test_a_shared_queue_learner_whose_claim_was_taken_before_its_read_back_is_fenced(
+    box: Mailbox,
+) -> None:
+    """The loader's first claim is taken over under it: next() raises LeaseLostError."""
+    steered = TakenOverBeforeTheReadBack(box, ["me"])
+    with (
+        pytest.raises(LeaseLostError),
+        shared_queue({"u0": 0}, mailbox=steered, learner_id="me", load=lambda u: [u]) as items,  # type: ignore[arg-type]
+    ):
+        list(items)
+    stored = read_claim(box, UNITS_PREFIX + "u0")
+    assert stored is not None
+    assert stored.owner == "taker"

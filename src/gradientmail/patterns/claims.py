@@ -21,7 +21,12 @@ from typing import Any
 
 from gradientmail.backends.base import new_write_id
 from gradientmail.backends.options import redact
-from gradientmail.errors import AtomicityViolationError, KeyNotFoundError, OutcomeUnknownError
+from gradientmail.errors import (
+    AtomicityViolationError,
+    KeyNotFoundError,
+    LeaseLostError,
+    OutcomeUnknownError,
+)
 from gradientmail.mailbox import Capability, Mailbox, Version
 
 __all__ = [
@@ -125,7 +130,11 @@ def claim_versioned(
         created it first.
 
     Raises:
-        AtomicityViolationError: the store reported a win but holds another claim.
+        LeaseLostError: the win was real, but before it was read back another claimant took
+            the claim over from ``owner`` (the new claim lists ``owner`` in ``previous``):
+            this process was paused or cut off for longer than its lease.
+        AtomicityViolationError: the store reported a win but holds another claim that
+            never was ``owner``'s.
         BackendError: the store failed.
     """
     token = new_token()
@@ -143,6 +152,17 @@ def claim_versioned(
     if not won:
         return None
     stored = _read_versioned(mailbox, key)
+    if stored is not None and stored[0].token != token and owner in previous_owners(stored[0]):
+        # Our create won; then we stalled past our lease before this read, and a takeover
+        # (by another learner, or by a newer incarnation of this one) replaced the claim.
+        # The store is fine: this claimant is fenced, and must not use the claim.
+        raise LeaseLostError(
+            f"claim of {key!r} by {owner!r} was taken over by {stored[0].owner!r} before "
+            "it could be read back: this process was paused or cut off for longer than its "
+            "lease, so the claim is no longer its own",
+            learner=owner,
+            units=(key.rsplit("/", 1)[-1],),
+        )
     if stored is None or stored[0].token != token:
         other = "nothing readable" if stored is None else f"a claim by {stored[0].owner!r}"
         url = redact(mailbox.url)
@@ -160,6 +180,12 @@ def claim_versioned(
             f"safe to coordinate on; check it with: gradientmail conformance {url}"
         )
     return stored
+
+
+def previous_owners(record: ClaimRecord) -> list[str]:
+    """The former owners a taken-over claim lists, oldest first (empty for a first claim)."""
+    previous = record.extra.get("previous")
+    return [str(p) for p in previous] if isinstance(previous, list) else []
 
 
 def _read_versioned(mailbox: Mailbox, key: str) -> tuple[ClaimRecord, Version | None] | None:

@@ -35,6 +35,7 @@ from gradientmail.patterns.claims import (
     encode_record,
     new_token,
     parse_claim,
+    previous_owners,
 )
 from gradientmail.patterns.progress import RunLayout
 
@@ -132,7 +133,7 @@ class UnitClaims:
 
         Returns the held unit, or ``None`` when another learner changed the claim first.
         """
-        previous = [*self._previous(record), record.owner]
+        previous = [*previous_owners(record), record.owner]
         body = claim_body(self.learner_id, new_token(), **self._extra(CLAIMED, previous))
         new = self.mailbox.put_if_match(self.layout.units + identifier, body, version)
         if new is None:
@@ -190,11 +191,6 @@ class UnitClaims:
         finished = {key[len(done) :] for key in self.mailbox.list(done)}
         pages = 2 + (len(claimed) + len(finished)) // 1000
         return Scan(claimed, finished, pages)
-
-    @staticmethod
-    def _previous(record: ClaimRecord) -> list[str]:
-        previous = record.extra.get("previous")
-        return [str(p) for p in previous] if isinstance(previous, list) else []
 
     @staticmethod
     def state(record: ClaimRecord) -> str:
