@@ -13,6 +13,11 @@ BIN := $(VENV)/bin
 # multi-GB CUDA build). The package itself only sets floors (torch>=2.13 and so on).
 CONSTRAINTS := constraints/ci.txt
 AZURITE := azurite@3.35.0
+# pytest worker processes (pytest-xdist). Each worker starts the emulators its tests use, on
+# free ports of its own. Most tests wait on emulators, leases and subprocesses, so more
+# workers than cores pays; `make test WORKERS=0` runs everything in one process.
+WORKERS ?= 4
+PYTEST_PARALLEL := -n $(WORKERS) --dist worksteal
 
 .PHONY: demo test test-fast wheel-check lint bench mutants clean
 
@@ -41,10 +46,10 @@ lint: $(VENV)/.test-installed
 	$(BIN)/mypy
 
 test: lint .emulators/node_modules/.bin/azurite-blob
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 test-fast: $(VENV)/.test-installed .emulators/node_modules/.bin/azurite-blob
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow"
 
 wheel-check: $(VENV)/.test-installed
 	$(BIN)/python -m pytest tests/core/test_packaging.py
