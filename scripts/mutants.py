@@ -270,6 +270,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "that lets two claimants win goes unnoticed",
     ),
     Mutant(
+        "claim-takeover-before-read-back-as-violation",
+        "patterns/claims.py",
+        (
+            (
+                "token != token and owner in previous_owners(stored[0]):\n",
+                "token != token and owner in []:\n",
+            ),
+        ),
+        ("tests/contract/test_claim_read_back.py",),
+        "a claimant paused between its create and its read-back, whose claim was taken over "
+        "meanwhile, reports the store as non-atomic instead of being fenced",
+    ),
+    Mutant(
         "claim-ambiguous-create-as-lost",
         "patterns/claims.py",
         (
