@@ -26,6 +26,7 @@ from gradientmail.patterns.claims import parse_claim
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.status import plot_gantt, read_status
 from tests.support.lifecycle_workers import ITEMS_PER_UNIT, learner, read_log, units_of
+from tests.support.pausing import pause_outside_locks
 from tests.support.rigs import Rig
 
 #: Rigs whose processes share keys and that support compare-and-swap.
@@ -216,7 +217,7 @@ def test_a_paused_learner_is_fenced_and_never_completes_a_lost_unit(
     box, count = rig.fresh(), 16
     paused = start(box, "paused", count, tmp_path, lease=1.0, item_s=0.02)
     wait_until(lambda: delivered(tmp_path, "paused") >= 1, 120, "the learner to start")
-    os.kill(pid_of(paused), signal.SIGSTOP)
+    pause_outside_locks(pid_of(paused))
     others = [start(box, n, count, tmp_path, lease=1.0, item_s=0.02) for n in ("x", "y")]
     wait_until(lambda: any(True for _ in box.list("reclaimed/")), 120, "a takeover")
     resumed_at = time.time()

@@ -17,6 +17,7 @@ import pytest
 from gradientmail import from_url
 from gradientmail.patterns.pipeline import ProducerFailedError, ProducerLostError
 from gradientmail.patterns.pipeline.records import End, end_key
+from tests.support.pausing import pause_outside_locks
 from tests.support.pipeline_workers import (
     FAST,
     JOIN,
@@ -155,7 +156,7 @@ def test_a_producer_declared_lost_is_fenced_when_it_wakes_up(
 
     def stop_after_three(got: list[tuple[str, int]]) -> None:
         if len(got) == 3:
-            os.kill(pid, signal.SIGSTOP)
+            pause_outside_locks(pid)
 
     taken: list[tuple[str, int]] = []
     pipe = open_pipe(url, names, rig.options, stall_timeout=30, **FAST)
