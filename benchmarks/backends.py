@@ -69,7 +69,7 @@ class Target:
 
 @contextlib.contextmanager
 def _s3(kind: str, workdir: Path) -> Iterator[tuple[Callable[[str], Op], Callable[[str], Op]]]:
-    from gradientmail.backends.s3 import _new_client
+    from gradientmail.backends.s3_client import new_client
     from tests.support.emulators import s3
 
     os.environ.update(s3.AWS_TEST_ENV)
@@ -86,7 +86,8 @@ def _s3(kind: str, workdir: Path) -> Iterator[tuple[Callable[[str], Op], Callabl
             return op
 
         def raw(prefix: str) -> Op:
-            client = _new_client(endpoint, None, None)  # the backend's exact client config
+            # the backend's exact client configuration
+            client = new_client({"endpoint_url": endpoint}, ("endpoint_url",))
 
             def op(key: str) -> None:
                 client.put_object(

@@ -58,11 +58,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
-from gradientmail import Capability, Mailbox, from_url
-from gradientmail.mailbox import Version
+from gradientmail import Mailbox, from_url
 from gradientmail.patterns.shared_queue import DEFAULT_LEASE, shared_queue
+from gradientmail.testing import NO_LATENCY, LatencyMailbox
 
 LEARNERS = 8
 PAGE = 1000
@@ -86,77 +86,51 @@ def kind_of(key: str) -> str:
     }.get(head, "other")
 
 
-class CountingMailbox:
+class CountingMailbox(LatencyMailbox):
     """Counts the requests that reach the store through this handle, by method and key kind.
 
-    ``requests[(method, kind)]`` counts calls; every ``list`` call is also logged in
-    ``listings`` as ``(kind, keys listed)``, in call order. When ``watched`` is given (a set
-    of unit identifiers), ``touched[method]`` counts the requests naming ``units/{id}`` or
-    ``done/{id}`` of one of them. Safe to share between the threads of one learner.
+    A :class:`gradientmail.testing.LatencyMailbox` without latency, grouping keys by
+    :func:`kind_of`, that also logs every ``list`` call in ``listings`` as ``(kind, keys
+    listed)``, in call order. When ``watched`` is given (a set of unit identifiers),
+    ``touched[method]`` counts the requests naming ``units/{id}`` or ``done/{id}`` of one of
+    them. Safe to share between the threads of one learner.
     """
 
+    #: LatencyMailbox's operation names, as the Mailbox methods they count.
+    METHODS: ClassVar[dict[str, str]] = {"create": "put_if_absent", "swap": "put_if_match"}
+
     def __init__(self, inner: Mailbox, watched: set[str] | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner, NO_LATENCY, group=kind_of)
         self.watched = watched
-        self.requests: Counter[tuple[str, str]] = Counter()
         self.touched: Counter[str] = Counter()
         self.listings: list[tuple[str, int]] = []
-        self._lock = threading.Lock()
 
-    def _count(self, method: str, key: str) -> None:
-        with self._lock:
-            self.requests[method, kind_of(key)] += 1
-            if self.watched is not None:
-                ident = key.rsplit("/", 1)[-1]
-                if ident in self.watched and kind_of(key) in ("claim", "done"):
-                    self.touched[method] += 1
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        return self.inner.capabilities
-
-    @property
-    def max_key_bytes(self) -> int:
-        return self.inner.max_key_bytes
-
-    def supports(self, capability: Capability) -> bool:
-        return self.inner.supports(capability)
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        self._count("put_if_absent", key)
-        return self.inner.put_if_absent(key, data)
-
-    def get(self, key: str) -> bytes:
-        self._count("get", key)
-        return self.inner.get(key)
-
-    def get_versioned(self, key: str) -> tuple[bytes, Version]:
-        self._count("get_versioned", key)
-        return self.inner.get_versioned(key)
-
-    def put(self, key: str, data: bytes) -> None:
-        self._count("put", key)
-        self.inner.put(key, data)
-
-    def put_if_match(self, key: str, data: bytes, version: Version) -> Version | None:
-        self._count("put_if_match", key)
-        return self.inner.put_if_match(key, data, version)
-
-    def delete(self, key: str) -> None:
-        self._count("delete", key)
-        self.inner.delete(key)
+    def _request(self, operation: str, key: str) -> None:
+        super()._request(operation, key)
+        if self.watched is not None and operation != "list_page":
+            ident = key.rsplit("/", 1)[-1]
+            if ident in self.watched and kind_of(key) in ("claim", "done"):
+                with self._lock:
+                    self.touched[self.METHODS.get(operation, operation)] += 1
 
     def list(self, prefix: str = "") -> Iterator[str]:
         count = 0
-        for key in self.inner.list(prefix):
+        for key in super().list(prefix):
             count += 1
             yield key
         with self._lock:
             self.listings.append((kind_of(prefix), count))
+
+    @property
+    def requests(self) -> Counter[tuple[str, str]]:
+        """Calls by ``(method, kind)``, listing pages left out (``listings`` has them)."""
+        return Counter(
+            {
+                (self.METHODS.get(operation, operation), kind): n
+                for (operation, kind), n in self.counts().items()
+                if operation != "list_page"
+            }
+        )
 
     # -- summaries ----------------------------------------------------------------------------
 
@@ -200,7 +174,7 @@ def run(size: int, fsync: bool, lease: float, unit_s: float = 0.0) -> dict[str, 
         try:
             with shared_queue(
                 units,
-                mailbox=boxes[n],  # type: ignore[arg-type]
+                mailbox=boxes[n],
                 learner_id=f"learner-{n}",
                 load=lambda unit: (unit,),
                 lease=lease,

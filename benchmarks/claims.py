@@ -62,7 +62,7 @@ def _run(target: Any, where: str, total: int, procs: int) -> float:
         w.join()
         if w.exitcode != 0:
             raise RuntimeError(f"a worker failed with exit code {w.exitcode}")
-    return max(times)
+    return float(max(times))
 
 
 def main() -> None:

@@ -102,7 +102,7 @@ def resume(url: str, size: int, done: set[str], lease: float) -> dict[str, Any]:
     items = 0
     with shared_queue(
         units,
-        mailbox=box,  # type: ignore[arg-type]
+        mailbox=box,
         learner_id=RESUMER,
         load=lambda unit: (unit,),
         lease=lease,

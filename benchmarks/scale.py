@@ -69,7 +69,7 @@ import queue
 import selectors
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
@@ -116,7 +116,7 @@ def serve(listener: Listener, ready: Any) -> None:
         next_unit[0] = n + 1
         return n
 
-    calls = {
+    calls: dict[str, Callable[..., Any]] = {
         "put_if_absent": box.put_if_absent,
         "get": box.get,
         "get_versioned": box.get_versioned,
@@ -157,7 +157,7 @@ def start_server() -> tuple[mp.process.BaseProcess, tuple[str, int]]:
     ready.wait()
     address = listener.address
     listener.close()  # the child holds its own copy (fork)
-    return proc, address  # type: ignore[return-value]
+    return proc, address
 
 
 class RemoteMailbox:
