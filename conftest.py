@@ -10,25 +10,15 @@ pytest_plugins = [
 ]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give each worker process its share of the stress runs marked ``slow``, first.
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the stress runs marked ``slow`` first, keeping the order otherwise.
 
-    ``make test`` runs pytest-xdist's ``worksteal`` scheduler, which first hands worker *i*
-    the *i*-th of equal consecutive slices of this list, and later moves tests from the
-    end of a busy worker's queue to an idle one. So the list is built as those slices, each
-    starting with every *n*-th slow run: no worker is left with the long runs alone at the
-    end, and none queues them all. In one process (no workers) the slow runs simply go first.
+    Under ``make test``'s worker processes, a long run started last would finish alone
+    while the other workers sit idle; started first, it overlaps the many short tests.
+    pytest-xdist's ``worksteal`` hands the first worker the first slice of this list, so
+    the slow runs go one after another on that worker while the others share the rest.
+    That is on purpose: spreading them over every worker (tried) runs four CPU-heavy stress
+    runs at once on two cores, and made the whole run slower (17 min 39 s against 11-15)
+    and pushed the 40-run CLI test past its timeout.
     """
-    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    fast = [item for item in items if item.get_closest_marker("slow") is None]
-    ordered: list[pytest.Item] = []
-    remaining = len(items)
-    for share in range(workers):
-        size = remaining // (workers - share)  # the slice worksteal sends this worker
-        remaining -= size
-        mine = slow[share::workers]
-        take = max(0, size - len(mine))
-        ordered += mine + fast[:take]
-        del fast[:take]
-    items[:] = ordered + fast  # fast is empty unless a share held more slow runs than room
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

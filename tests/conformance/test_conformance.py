@@ -174,6 +174,7 @@ def test_cli_default_run_fails_check_then_write_across_processes(tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 40 full CLI runs: 51 s alone, over 250 s beside other stress runs
 def test_default_cli_run_fails_check_then_write_in_20_of_20_runs(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
