@@ -18,7 +18,13 @@ from gradientmail import errors as _errors
 from gradientmail.backends.base import BaseMailbox
 from gradientmail.errors import *  # noqa: F403 - every error is public; errors.__all__ lists them
 from gradientmail.identity import learner_id
-from gradientmail.mailbox import Capability, Mailbox, SupportsCompareAndSwap, Version
+from gradientmail.mailbox import (
+    Capability,
+    Mailbox,
+    SupportsCompareAndSwap,
+    SupportsListStartAfter,
+    Version,
+)
 from gradientmail.session import Session
 from gradientmail.urls import from_url
 
@@ -35,6 +41,7 @@ __all__ = [  # the errors come from errors.__all__, so they are listed once
     "Mailbox",
     "Session",
     "SupportsCompareAndSwap",
+    "SupportsListStartAfter",
     "Version",
     "__version__",
     "from_url",

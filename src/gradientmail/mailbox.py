@@ -25,6 +25,7 @@ __all__ = [
     "Capability",
     "Mailbox",
     "SupportsCompareAndSwap",
+    "SupportsListStartAfter",
     "Version",
 ]
 
@@ -89,6 +90,12 @@ class Capability(enum.Enum):
     COMPARE_AND_SWAP = "compare-and-swap"
     #: Handles in other processes (or machines) opened on the same URL see the same keys.
     SHARED_ACROSS_PROCESSES = "shared-across-processes"
+    #: ``list(prefix, start_after=key)`` starts in the store (S3 ``StartAfter``, GCS
+    #: ``start_offset``, a sorted index): a partial listing costs requests in proportion to
+    #: the keys it returns, not to the keys before ``start_after``. Every mailbox built on
+    #: ``BaseMailbox`` accepts ``start_after``; without this capability it filters a full
+    #: listing.
+    LIST_START_AFTER = "list-start-after"
 
 
 @runtime_checkable
@@ -187,3 +194,16 @@ class SupportsCompareAndSwap(Protocol):
     def get_versioned(self, key: str) -> tuple[bytes, Version]: ...
 
     def put_if_match(self, key: str, data: BytesLike, version: Version) -> Version | None: ...
+
+
+@runtime_checkable
+class SupportsListStartAfter(Protocol):
+    """Partial listings (``Capability.LIST_START_AFTER``), for code that resumes a listing."""
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
+        """The keys of ``list(prefix)`` that sort strictly after ``start_after``, ascending.
+
+        ``start_after`` is a whole key (prefix included); it need not exist. ``None`` lists
+        everything under ``prefix``.
+        """
+        ...

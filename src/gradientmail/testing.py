@@ -44,7 +44,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from gradientmail.errors import ConfigurationError
-from gradientmail.mailbox import BytesLike, Capability, Mailbox, Version
+from gradientmail.mailbox import (
+    BytesLike,
+    Capability,
+    Mailbox,
+    SupportsListStartAfter,
+    Version,
+)
 
 __all__ = [
     "AZURE_LIKE",
@@ -288,13 +294,19 @@ class LatencyMailbox:
         self._request("delete", key)
         self.inner.delete(key)
 
-    def list(self, prefix: str = "") -> Iterator[str]:
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
         """``inner.list``, counted and delayed as one ``list_page`` per ``page_size`` keys.
 
         The first page is counted when iteration starts; the next one only when a key past
-        the previous page is asked for, as a paged listing fetches them.
+        the previous page is asked for, as a paged listing fetches them. ``start_after`` is
+        passed on when given; pages are counted from there, as a store that declares
+        ``Capability.LIST_START_AFTER`` bills them (the inner mailbox must accept it).
         """
-        keys = self.inner.list(prefix)  # the prefix is checked here, before any request
+        inner = self.inner
+        if start_after is not None and isinstance(inner, SupportsListStartAfter):
+            keys = inner.list(prefix, start_after=start_after)
+        else:
+            keys = inner.list(prefix)  # the prefix is checked here, before any request
         return self._paged(prefix, keys)
 
     def _paged(self, prefix: str, keys: Iterator[str]) -> Iterator[str]:

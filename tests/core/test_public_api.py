@@ -44,6 +44,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "ProducerRegistrationError",
         "Session",
         "SupportsCompareAndSwap",
+        "SupportsListStartAfter",
         "TransientBackendError",
         "Version",
         "WorkerError",
@@ -332,6 +333,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Capability",
         "Mailbox",
         "SupportsCompareAndSwap",
+        "SupportsListStartAfter",
         "Version",
     ],
     "gradientmail.patterns.claim_loop": [

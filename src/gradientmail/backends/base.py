@@ -33,6 +33,7 @@ from gradientmail.errors import (
     BackendError,
     ConfigurationError,
     InvalidDataError,
+    InvalidKeyError,
     NotSupportedError,
     OutcomeUnknownError,
     TransientBackendError,
@@ -228,9 +229,21 @@ class BaseMailbox(ABC):
         data: bytes = self._with_retries(key, lambda: self._read(key))[0]
         return data
 
-    def list(self, prefix: str = "") -> Iterator[str]:
-        """See :meth:`Mailbox.list`. The prefix is checked before this returns."""
-        return self._iter_keys(validate_prefix(prefix))
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
+        """See :meth:`Mailbox.list` and :class:`~gradientmail.mailbox.SupportsListStartAfter`.
+
+        The prefix and ``start_after`` are checked before this returns. With
+        ``start_after``, a backend declaring ``Capability.LIST_START_AFTER`` starts the
+        listing in the store; any other filters its full listing (same keys, full cost).
+        """
+        prefix = validate_prefix(prefix)
+        if start_after is None:
+            return self._iter_keys(prefix)
+        if not isinstance(start_after, str):
+            raise InvalidKeyError(
+                f"start_after must be a key (str) or None, not {type(start_after).__name__}"
+            )
+        return self._iter_keys_after(prefix, start_after)
 
     def put(self, key: str, data: BytesLike) -> None:
         """See :meth:`Mailbox.put`."""
@@ -294,6 +307,14 @@ class BaseMailbox(ABC):
         Backends that fetch pages over the network retry each page fetch with
         ``self._with_retries`` (the base class cannot retry inside a generator).
         """
+
+    def _iter_keys_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        """``_iter_keys(prefix)`` from the first key sorting after ``start_after``.
+
+        Backends that declare ``Capability.LIST_START_AFTER`` override this to start the
+        listing in the store; this default reads the whole listing and skips.
+        """
+        return (key for key in self._iter_keys(prefix) if key > start_after)
 
     def _replace(
         self, key: str, data: bytes, version: Version, write_id: str

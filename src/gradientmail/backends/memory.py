@@ -50,7 +50,7 @@ class MemoryMailbox(BaseMailbox):
     """A mailbox in this process's memory, shared by every handle of the same name."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.ATOMIC_CREATE, Capability.COMPARE_AND_SWAP}
+        {Capability.ATOMIC_CREATE, Capability.COMPARE_AND_SWAP, Capability.LIST_START_AFTER}
     )
 
     def __init__(self, name: str) -> None:
@@ -123,15 +123,20 @@ class MemoryMailbox(BaseMailbox):
         return Version(write_id)
 
     def _iter_keys(self, prefix: str) -> Iterator[str]:
+        return self._pages(prefix, None)
+
+    def _iter_keys_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        return self._pages(prefix, start_after)
+
+    def _pages(self, prefix: str, after: str | None) -> Iterator[str]:
+        """Keys under ``prefix`` after ``after`` (all if ``None``), one page per lock hold."""
         store = self._store
-        after: str | None = None
         while True:
             with store.lock:
                 keys = store.sorted_keys
-                if after is None:
-                    start = bisect.bisect_left(keys, prefix)
-                else:
-                    start = bisect.bisect_right(keys, after)
+                start = bisect.bisect_left(keys, prefix)
+                if after is not None:
+                    start = max(start, bisect.bisect_right(keys, after))
                 page = keys[start : start + PAGE_SIZE]
             for key in page:
                 if not key.startswith(prefix):
