@@ -2,7 +2,8 @@
 
 Backends subclass :class:`BaseMailbox`, declare ``capabilities``, implement the ``open``
 classmethod (the factory ``from_url`` calls) and a handful of primitives (``_create``,
-``_read``, ``_stat``, ``_write``, ``_delete``, ``_iter_keys`` and optionally ``_replace``).
+``_read``, ``_stat``, ``_write``, ``_delete``, ``_iter_keys`` and optionally ``_replace``
+and ``_iter_keys_after``).
 ``BaseMailbox`` supplies:
 
 * key and value validation (:mod:`gradientmail.keys`);
@@ -241,7 +242,8 @@ class BaseMailbox(ABC):
             return self._iter_keys(prefix)
         if not isinstance(start_after, str):
             raise InvalidKeyError(
-                f"start_after must be a key (str) or None, not {type(start_after).__name__}"
+                start_after,
+                f"start_after must be a key (str) or None, not {type(start_after).__name__}",
             )
         return self._iter_keys_after(prefix, start_after)
 
@@ -311,8 +313,12 @@ class BaseMailbox(ABC):
     def _iter_keys_after(self, prefix: str, start_after: str) -> Iterator[str]:
         """``_iter_keys(prefix)`` from the first key sorting after ``start_after``.
 
-        Backends that declare ``Capability.LIST_START_AFTER`` override this to start the
-        listing in the store; this default reads the whole listing and skips.
+        Must yield exactly the keys ``_iter_keys(prefix)`` yields that are
+        ``> start_after`` (``str`` order, which is UTF-8 byte order), in the same order.
+        ``start_after`` is any ``str``: it need not exist, may lie outside ``prefix`` and
+        may hold characters no key can. Backends that declare
+        ``Capability.LIST_START_AFTER`` override this to start the listing in the store;
+        this default reads the whole listing and skips.
         """
         return (key for key in self._iter_keys(prefix) if key > start_after)
 
