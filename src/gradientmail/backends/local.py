@@ -52,6 +52,12 @@ Guarantees
     * ``list`` streams in ascending key order: one directory at a time, holding at most
       :data:`~gradientmail.backends.local_layout.LIST_CHUNK` names of one directory (a
       directory of ``n`` keys is read ``ceil(n / LIST_CHUNK)`` times).
+    * ``list(prefix, start_after=k)`` starts in the walk (``Capability.LIST_START_AFTER``):
+      every directory on the path to ``k`` is still read (entries are unordered on disk),
+      but entries whose keys all sort at or before ``k`` are dropped as they are read:
+      never held, opened or counted toward a chunk, so only the directories holding keys
+      after ``k`` are entered, and a directory with ``m`` names that may hold keys after
+      ``k`` is read ``ceil(m / LIST_CHUNK)`` times (at least once).
 
 Empty directories left by ``delete`` are kept: removing them would race with a concurrent
 create below them. They cost nothing but a few inodes. ``close()`` must not race with calls
@@ -102,7 +108,12 @@ class FileMailbox(BaseMailbox):
     """A mailbox in a directory; see the module docstring for layout and guarantees."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.ATOMIC_CREATE, Capability.COMPARE_AND_SWAP, Capability.SHARED_ACROSS_PROCESSES}
+        {
+            Capability.ATOMIC_CREATE,
+            Capability.COMPARE_AND_SWAP,
+            Capability.SHARED_ACROSS_PROCESSES,
+            Capability.LIST_START_AFTER,
+        }
     )
 
     def __init__(self, root: str, *, fsync: bool = True) -> None:
@@ -458,7 +469,10 @@ class FileMailbox(BaseMailbox):
     def _iter_keys(self, prefix: str) -> Iterator[str]:
         return self._list(prefix)
 
-    def _list(self, prefix: str) -> Generator[str, None, None]:
+    def _iter_keys_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        return self._list(prefix, start_after)
+
+    def _list(self, prefix: str, start_after: str | None = None) -> Generator[str, None, None]:
         try:
             root = self._root()
             if os.fstat(root).st_nlink == 0:
@@ -467,6 +481,6 @@ class FileMailbox(BaseMailbox):
         except OSError as exc:
             raise self._map(exc, None) from exc
         try:
-            yield from layout.walk(fd, "", prefix)
+            yield from layout.walk(fd, "", prefix, start_after)
         except OSError as exc:
             raise self._map(exc, None) from exc

@@ -11,6 +11,10 @@ Listing streams: :func:`walk` reads one directory at a time and, within a direct
 at most :data:`LIST_CHUNK` names. A larger directory is read in several passes, each
 keeping the next :data:`LIST_CHUNK` names in key order, so memory stays bounded; the cost
 is one more read of the directory per :data:`LIST_CHUNK` keys in it.
+
+A partial listing (``start_after``) starts in the walk: an entry whose keys all sort at or
+before ``start_after`` is dropped as its directory is read, so it is never held, opened or
+yielded; only the directories on the path to ``start_after`` are entered with the bound.
 """
 
 from __future__ import annotations
@@ -78,8 +82,12 @@ def parse_header(raw: bytes) -> str | None:
     return raw[len(_MAGIC) : HEADER_BYTES - 1].decode("ascii", errors="replace")
 
 
-def walk(fd: int, base: str, prefix: str) -> _Keys:
+def walk(fd: int, base: str, prefix: str, start_after: str | None = None) -> _Keys:
     """Yield the keys stored below the directory ``fd`` that start with ``prefix``, in order.
+
+    With ``start_after``, only the keys sorting strictly after it: exactly the keys of the
+    walk without it that are ``> start_after``, in the same order. ``start_after`` must
+    start with ``base`` (the walk of the root has ``base == ""``).
 
     ``fd`` is owned by the walk, which closes it. Every key below starts with ``base``,
     and ``base`` and ``prefix`` agree (one starts with the other). Entries are merged by a
@@ -92,12 +100,13 @@ def walk(fd: int, base: str, prefix: str) -> _Keys:
     """
     heap: list[tuple[str, int, str, _Keys | None]] = []
     wanted = prefix[len(base) :]  # what the rest of a key below must start with
+    after = None if start_after is None else start_after[len(base) :]  # the same, relative
     try:
         last: _Entry | None = None
         more = True
         while True:
             if more and (not heap or last is None or heap[0][:3] > last):
-                chunk, more = _read_chunk(fd, wanted, last)
+                chunk, more = _read_chunk(fd, wanted, last, after)
                 if chunk:
                     last = chunk[-1]
                     heap.extend((*entry, None) for entry in chunk)
@@ -110,7 +119,12 @@ def walk(fd: int, base: str, prefix: str) -> _Keys:
                 if kind == _LEAF:
                     yield base + bound
                     continue
-                child = _walk_below(fd, name, base + bound, prefix)
+                # Entered with the bound only on its path; any other kept entry sorts
+                # wholly after it (_read_chunk dropped those wholly before it).
+                on_path = after is not None and after.startswith(bound)
+                child = _walk_below(
+                    fd, name, base + bound, prefix, start_after if on_path else None
+                )
                 following = next(child, None)
             else:
                 yield base + bound
@@ -124,19 +138,36 @@ def walk(fd: int, base: str, prefix: str) -> _Keys:
         os.close(fd)
 
 
-def _walk_below(parent: int, name: str, base: str, prefix: str) -> _Keys:
+def _walk_below(parent: int, name: str, base: str, prefix: str, start_after: str | None) -> _Keys:
     try:
         fd = os.open(name, O_DIR, dir_fd=parent)
     except OSError:
         return  # vanished, or replaced by a link: never followed
-    yield from walk(fd, base, prefix)
+    yield from walk(fd, base, prefix, start_after)
 
 
-def _read_chunk(fd: int, wanted: str, after: _Entry | None) -> tuple[list[_Entry], bool]:
+def _wholly_before(item: _Entry, start_after: str) -> bool:
+    """Whether every key of entry ``item`` sorts at or before ``start_after`` (relative).
+
+    A leaf holds one key, its bound. A directory holds keys that start with its bound
+    ``b``: all of them sort before ``start_after`` when ``b`` does and is not a leading
+    part of it (they then differ at a character inside ``b``, where ``b``'s is smaller);
+    when ``b`` is a leading part, some keys below may sort after it.
+    """
+    bound, kind = item[0], item[1]
+    if kind == _LEAF:
+        return bound <= start_after
+    return bound < start_after and not start_after.startswith(bound)
+
+
+def _read_chunk(
+    fd: int, wanted: str, after: _Entry | None, start_after: str | None = None
+) -> tuple[list[_Entry], bool]:
     """The next :data:`LIST_CHUNK` entries after ``after`` in order, and whether more remain.
 
     Bounds are relative to the directory; only entries that may hold keys starting with
-    ``wanted`` count.
+    ``wanted`` count, and, with ``start_after`` (relative too), only entries that may hold
+    keys sorting after it.
     """
     limit = LIST_CHUNK
     chunk: list[_Entry] = []
@@ -159,6 +190,8 @@ def _read_chunk(fd: int, wanted: str, after: _Entry | None) -> tuple[list[_Entry
                 else:
                     continue  # .tmp, .locks and anything foreign
                 if after is not None and item <= after:
+                    continue
+                if start_after is not None and _wholly_before(item, start_after):
                     continue
                 if cutoff is not None and item >= cutoff:
                     more = more or item > cutoff
