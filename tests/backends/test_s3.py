@@ -225,6 +225,7 @@ def test_capabilities(rig_s3_moto: Rig) -> None:
         Capability.ATOMIC_CREATE,
         Capability.COMPARE_AND_SWAP,
         Capability.SHARED_ACROSS_PROCESSES,
+        Capability.LIST_START_AFTER,
     }
 
 

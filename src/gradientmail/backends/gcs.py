@@ -34,7 +34,11 @@ Requests per call
       for a missing bucket and a missing object alike): ``2A``;
     * ``put_if_absent``, ``put_if_match``: ``A`` conditional uploads, then, if an attempt
       was ambiguous (its response lost), one read-back and its retries: ``2A`` in all;
-    * ``list``: ``A`` per page of up to :data:`PAGE_SIZE` names.
+    * ``list``: ``A`` per page of up to :data:`PAGE_SIZE` names;
+    * ``list(prefix, start_after=k)``: ``A`` per page of up to :data:`PAGE_SIZE` names,
+      counted from ``k``: every page carries ``startOffset`` (the object name of ``k``), so
+      the names before ``k`` cost nothing. ``startOffset`` is inclusive; a name equal to it
+      is dropped here. ``GCSMailbox`` declares ``Capability.LIST_START_AFTER``.
 
     Values over 8 MiB are uploaded as a resumable upload: a few requests per attempt.
 
@@ -54,13 +58,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from gradientmail import errors
 from gradientmail.backends.base import Conflict, Stat
 from gradientmail.backends.object_store import PAGE_SIZE, ObjectStoreMailbox, StoreURL
 from gradientmail.backends.options import require
-from gradientmail.mailbox import Version
+from gradientmail.mailbox import Capability, Version
 
 __all__ = ["PAGE_SIZE", "WRITE_ID_METADATA", "GCSMailbox"]
 
@@ -101,6 +105,9 @@ class GCSMailbox(ObjectStoreMailbox):
     layout = StoreURL("gs", "GCS", "bucket", _BUCKET_NAME, _BUCKET_RULE)
     accepted_options = _OPTIONS
     write_id_metadata = WRITE_ID_METADATA
+    capabilities: ClassVar[frozenset[Capability]] = ObjectStoreMailbox.capabilities | {
+        Capability.LIST_START_AFTER
+    }
 
     # -- the client ---------------------------------------------------------------------------
 
@@ -327,11 +334,17 @@ class GCSMailbox(ObjectStoreMailbox):
             except NotFound:
                 self._check_bucket(key)  # a missing key is fine; a missing bucket is not
 
-    def _list_page(self, names: str, token: str | None) -> tuple[list[str], str | None]:
+    def _list_page(
+        self, names: str, token: str | None, *, start_after: str | None = None
+    ) -> tuple[list[str], str | None]:
         bucket = self._client()
+        # startOffset is inclusive: the caller drops a name equal to start_after. It is sent
+        # with every page, as the SDK's own iterator does, so the page token always comes
+        # back to the query that made it.
         iterator = bucket.client.list_blobs(
             self.container,
             prefix=names,
+            start_offset=start_after or None,
             page_size=self.page_size,
             page_token=token,
             fields="items(name),nextPageToken",

@@ -31,6 +31,15 @@ the options it accepts, and supplies:
 * **Listing.** ``list`` fetches one page of names per request, lazily, each page through
   the retry policy. Names that break the key rules (``dir/`` markers, ``a//b``, written by
   other tools) are skipped, since no operation could be called with them.
+* **Partial listings.** A backend declaring ``Capability.LIST_START_AFTER`` receives, in
+  ``_list_page``, the object name the listing starts after, and asks the store to start
+  there. That name is ``start_after`` translated as keys are (``PREFIX/`` + the key), cut
+  short before any character no key can hold and to the store's name limit; cutting only
+  ever moves the start earlier, and every key the store returns at or before
+  ``start_after`` is dropped here, so the keys are exactly those of the full listing after
+  ``start_after`` (an inclusive start, as GCS's, loses its boundary name that way too). A
+  backend without the capability filters the full listing (the default of
+  :class:`~gradientmail.backends.base.BaseMailbox`).
 
 Pickling: a mailbox pickles as its URL and the options it was opened with, and reopens with
 a fresh client in the receiving process. Options may be secrets (an Azure connection
@@ -62,7 +71,14 @@ from gradientmail.errors import (
 from gradientmail.keys import validate_key
 from gradientmail.mailbox import Capability, Version
 
-__all__ = ["PAGE_SIZE", "POOL_CONNECTIONS", "TIMEOUT_OPTIONS", "ObjectStoreMailbox", "StoreURL"]
+__all__ = [
+    "PAGE_SIZE",
+    "POOL_CONNECTIONS",
+    "TIMEOUT_OPTIONS",
+    "ObjectStoreMailbox",
+    "StoreURL",
+    "start_hint",
+]
 
 _Error = TypeVar("_Error", bound=BackendError)
 
@@ -123,6 +139,28 @@ class StoreURL:
         """
         path = prefix.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
         return f"{self.scheme}://{container}/{path}" if path else f"{self.scheme}://{container}"
+
+
+# What no key holds: control characters (as the key rules), a backslash, and surrogates,
+# which have no UTF-8 form and so could not be sent to a store at all.
+_NOT_IN_KEYS = re.compile(r"[\x00-\x1f\x7f-\x9f\\\ud800-\udfff]")
+
+
+def start_hint(start_after: str, max_bytes: int) -> str:
+    """The longest leading part of ``start_after`` that a store can be asked to start after.
+
+    ``start_after`` may be any ``str``; a store takes only names it could hold. The hint
+    stops before the first character no key can hold, and at ``max_bytes`` bytes of UTF-8
+    (whole characters). It is a leading part, so it never sorts after ``start_after``:
+    a listing started after it holds every key that sorts after ``start_after``, plus
+    perhaps a few before it, which the caller drops.
+    """
+    found = _NOT_IN_KEYS.search(start_after)
+    hint = start_after if found is None else start_after[: found.start()]
+    if len(hint) * 4 <= max_bytes:  # UTF-8 takes at most 4 bytes a character
+        return hint
+    encoded = hint.encode("utf-8")[:max_bytes]
+    return encoded.decode("utf-8", errors="ignore")  # drops a character cut in two
 
 
 # Every live mailbox, so that a forked child can replace the client locks, which another
@@ -233,10 +271,16 @@ class ObjectStoreMailbox(BaseMailbox):
         """The gradientmail error for one of the SDK's exceptions (see ``_sdk_errors``)."""
 
     @abstractmethod
-    def _list_page(self, names: str, token: str | None) -> tuple[list[str], str | None]:
+    def _list_page(
+        self, names: str, token: str | None, *, start_after: str | None = None
+    ) -> tuple[list[str], str | None]:
         """One page of the object names starting with ``names``, and the next page's token.
 
         ``token`` is ``None`` for the first page; ``None`` comes back after the last one.
+        ``start_after`` is given, on every page of one listing, only to backends declaring
+        ``Capability.LIST_START_AFTER``: an object name to start the listing after. The
+        caller drops the names at or before it, so an inclusive start (the name itself
+        returned first) is fine.
         """
 
     # -- shared machinery ---------------------------------------------------------------------
@@ -314,13 +358,32 @@ class ObjectStoreMailbox(BaseMailbox):
         return error
 
     def _iter_keys(self, prefix: str) -> Iterator[str]:
+        return self._listing(prefix, None)
+
+    def _iter_keys_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        """The keys under ``prefix`` after ``start_after``: the store starts there if it can.
+
+        Without ``Capability.LIST_START_AFTER`` this is the base class's filtered full
+        listing. With it, the store is asked to start after :func:`start_hint` of
+        ``start_after`` (unless that sorts at or before ``prefix``, where nothing would be
+        skipped), and names at or before ``start_after`` are dropped.
+        """
+        if Capability.LIST_START_AFTER not in self.capabilities:
+            return super()._iter_keys_after(prefix, start_after)
+        hint = start_hint(start_after, self.max_key_bytes)
+        start = self._name(hint) if hint > prefix else None
+        return (key for key in self._listing(prefix, start) if key > start_after)
+
+    def _listing(self, prefix: str, start: str | None) -> Iterator[str]:
+        """Keys under ``prefix`` page by page; the store starts after object name ``start``."""
         names = self.object_name_prefix + prefix
-        start = len(self.object_name_prefix)
+        start_at = len(self.object_name_prefix)
         token: str | None = None
         while True:
-            page, token = self._with_retries(prefix, partial(self._fetch_page, names, token))
+            fetch = partial(self._fetch_page, names, token, start)
+            page, token = self._with_retries(prefix, fetch)
             for name in page:
-                key = name[start:]
+                key = name[start_at:]
                 try:
                     validate_key(key)
                 except InvalidKeyError:
@@ -329,6 +392,10 @@ class ObjectStoreMailbox(BaseMailbox):
             if not token:
                 return
 
-    def _fetch_page(self, names: str, token: str | None) -> tuple[list[str], str | None]:
+    def _fetch_page(
+        self, names: str, token: str | None, start: str | None
+    ) -> tuple[list[str], str | None]:
         with self._mapped(None):
-            return self._list_page(names, token)
+            if start is None:
+                return self._list_page(names, token)
+            return self._list_page(names, token, start_after=start)

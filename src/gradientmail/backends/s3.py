@@ -69,7 +69,11 @@ Requests per call
     * ``get``, ``get_versioned``, ``put``, ``delete``: ``A`` requests;
     * ``put_if_absent``, ``put_if_match``: ``A`` conditional PUTs, then, if an attempt was
       ambiguous (its response lost), one HEAD read-back and its retries: ``2A`` in all;
-    * ``list``: ``A`` per page of up to 1000 keys.
+    * ``list``: ``A`` per page of up to 1000 keys;
+    * ``list(prefix, start_after=k)``: ``A`` per page of up to 1000 keys, counted from
+      ``k``: the first page is a ``ListObjectsV2`` with ``StartAfter`` (the object name of
+      ``k``), so the keys before ``k`` cost nothing. ``S3Mailbox`` declares
+      ``Capability.LIST_START_AFTER``.
 
 Guarantees
     * Objects hold exactly the bytes given to ``put``, ``put_if_absent`` or
@@ -90,7 +94,8 @@ Guarantees
       (``x-amz-meta-gm-write-id``), which ``HEAD`` returns without the value: a conditional
       write whose response was lost is resolved by reading it back. Objects without it
       (written by other tools) are simply not ours.
-    * ``list`` uses ``ListObjectsV2`` pages, fetched lazily one at a time.
+    * ``list`` uses ``ListObjectsV2`` pages, fetched lazily one at a time, in the store's
+      order: UTF-8 byte order, which is the order of Python strings.
 """
 
 from __future__ import annotations
@@ -110,7 +115,7 @@ from gradientmail.backends.s3_client import (
     SDK_ATTEMPTS,
     new_client,
 )
-from gradientmail.mailbox import Version
+from gradientmail.mailbox import Capability, Version
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -185,6 +190,9 @@ class S3Mailbox(ObjectStoreMailbox):
     accepted_options = OPTIONS
     write_id_metadata = WRITE_ID_METADATA
     option_defaults = DEFAULTS
+    capabilities: ClassVar[frozenset[Capability]] = ObjectStoreMailbox.capabilities | {
+        Capability.LIST_START_AFTER
+    }
     #: An S3 version is the ETag, which names the bytes stored (see the module docstring).
     versions_name_bytes: ClassVar[bool] = True
 
@@ -352,8 +360,15 @@ class S3Mailbox(ObjectStoreMailbox):
                 if _status(exc) != (404, "NoSuchKey"):  # S3 says 204; some stores say 404
                     raise
 
-    def _list_page(self, names: str, token: str | None) -> tuple[list[str], str | None]:
-        page = {"ContinuationToken": token} if token else {}
+    def _list_page(
+        self, names: str, token: str | None, *, start_after: str | None = None
+    ) -> tuple[list[str], str | None]:
+        # StartAfter places the first page; the continuation token carries on from there.
+        page: dict[str, str] = {}
+        if token:
+            page["ContinuationToken"] = token
+        elif start_after:
+            page["StartAfter"] = start_after
         response = self._client().list_objects_v2(
             Bucket=self.container, Prefix=names, MaxKeys=self.page_size, **page
         )
