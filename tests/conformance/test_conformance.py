@@ -122,7 +122,7 @@ def test_cli_passes_a_conformant_store_reports_every_property_and_cleans_up(
     assert lines[0].startswith(f"gradientmail conformance file://{tmp_path}/conformance-")
     assert "seed" in lines[0]
     assert outcomes(lines) == {p.name: "PASS" for p in PROPERTIES}
-    assert lines[-1].startswith("verdict: PASS: 18 of 18 properties hold")
+    assert lines[-1].startswith("verdict: PASS: 19 of 19 properties hold")
     # Every key (and, for a directory, the run's own folder) is gone.
     assert list(from_url(f"file://{tmp_path}").list()) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("conformance-")] == []
@@ -169,7 +169,7 @@ def test_cli_default_run_fails_check_then_write_across_processes(tmp_path: Path)
     assert {n for n, o in found.items() if o == "FAIL"} == set(RACES.split(","))
     assert {o for n, o in found.items() if n not in RACES} == {"PASS"}
     assert "winners (racer-" in detail(lines, "race-processes")
-    assert lines[-1].startswith("verdict: FAIL: 4 of 18 properties failed")
+    assert lines[-1].startswith("verdict: FAIL: 4 of 19 properties failed")
     assert [p.name for p in tmp_path.iterdir()] == []  # cleaned up after a failing run too
 
 

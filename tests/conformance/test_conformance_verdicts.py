@@ -143,14 +143,14 @@ def test_missing_conformance_extra_is_inconclusive_not_unsafe(tmp_path: Path) ->
     lines = done.stdout.splitlines()
     assert done.returncode == 3, done.stdout + done.stderr
     found = outcomes(lines)
-    needing = {"stateful-model", "race-threads", "race-processes"}
+    needing = {"list-start-after", "stateful-model", "race-threads", "race-processes"}
     assert {n for n, o in found.items() if o == "INCONCLUSIVE"} == needing
     assert {o for n, o in found.items() if n not in needing} == {"PASS"}
     assert sum("pip install 'gradientmail[conformance]'" in line for line in lines) == 2
     assert lines[1].startswith("note: hypothesis (the conformance extra) is not installed")
-    assert lines[-1].startswith("verdict: INCONCLUSIVE: 15 of 18 properties hold")
+    assert lines[-1].startswith("verdict: INCONCLUSIVE: 15 of 19 properties hold")
     assert "NOT safe" not in done.stdout
-    assert "--only stateful-model,race-threads,race-processes" in lines[-1]
+    assert "--only list-start-after,stateful-model,race-threads,race-processes" in lines[-1]
 
 
 def test_missing_store_extra_is_inconclusive_with_the_pip_line() -> None:
@@ -257,7 +257,7 @@ def test_store_dying_mid_run_fails_that_property_and_leaves_the_rest_inconclusiv
     # The verdict: FAIL, never "NOT safe", and how to rerun the rest.
     assert report.exit_status == 1
     verdict = lines[-1]
-    assert verdict.startswith("verdict: FAIL: 1 of 18 properties failed")
+    assert verdict.startswith("verdict: FAIL: 1 of 19 properties failed")
     assert "NOT safe" not in "\n".join(lines)
     assert f"The store stopped answering during {dies_in}" in verdict
     rest = [n for n in names[index + 1 :] if n not in ("race-processes", "cas-counter-processes")]

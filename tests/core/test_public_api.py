@@ -101,6 +101,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "POOL_CONNECTIONS",
         "StoreURL",
         "TIMEOUT_OPTIONS",
+        "start_hint",
     ],
     "gradientmail.backends.options": [
         "SplitURL",
@@ -172,6 +173,7 @@ PUBLIC_API: dict[str, list[str]] = {
     "gradientmail.conformance.fakes": [
         "CheckThenWriteMailbox",
         "IgnorePreconditionsMailbox",
+        "IgnoreStartAfterMailbox",
         "in_fraction",
     ],
     "gradientmail.conformance.model": ["KEYS", "PREFIXES", "run_model"],
@@ -198,6 +200,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Context",
         "GROUPS",
         "KEY_PROPERTIES",
+        "LISTING_PAGE",
         "LONG_KEY_BYTES",
         "PROPERTIES",
         "Property",
@@ -216,6 +219,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "check_keys_rejected",
         "check_list_pagination",
         "check_list_prefixes",
+        "check_list_start_after",
         "check_lost_response",
         "check_missing_and_delete",
         "check_precondition_honoured",
@@ -253,6 +257,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "check_list_pagination",
         "check_list_prefixes",
     ],
+    "gradientmail.conformance.properties.listings": ["LISTING_PAGE", "check_list_start_after"],
     "gradientmail.conformance.properties.semantics": [
         "SEMANTIC_PROPERTIES",
         "check_compare_and_swap",

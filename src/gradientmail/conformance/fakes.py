@@ -28,6 +28,14 @@ The same two forms work for ``ignore-preconditions://``. Options, ``check-then-w
 only: ``window`` (seconds between the check and the write, default ``0.001``) and
 ``fraction`` (the share of keys that check and then write, default ``1``; e.g.
 ``check-then-write:///tmp/box?fraction=0.002`` is non-atomic on one key in 500).
+
+One more breaks a listing rather than atomicity, and has no URL scheme: it is opened in
+Python, ``IgnoreStartAfterMailbox(NAME)`` over the in-memory store ``NAME``.
+
+* :class:`IgnoreStartAfterMailbox` declares ``Capability.LIST_START_AFTER`` but ignores
+  ``start_after``: ``list(prefix, start_after=k)`` lists every key under ``prefix``, as a
+  store that drops an unknown start parameter does. The ``list-start-after`` property
+  must FAIL it. (Pickled, it reopens as a plain, correct ``memory://`` mailbox.)
 """
 
 from __future__ import annotations
@@ -44,7 +52,12 @@ from gradientmail.backends.options import parse_options, split_url
 from gradientmail.errors import ConfigurationError
 from gradientmail.mailbox import Capability, Version
 
-__all__ = ["CheckThenWriteMailbox", "IgnorePreconditionsMailbox", "in_fraction"]
+__all__ = [
+    "CheckThenWriteMailbox",
+    "IgnorePreconditionsMailbox",
+    "IgnoreStartAfterMailbox",
+    "in_fraction",
+]
 
 
 def _window(value: object) -> float:
@@ -85,6 +98,8 @@ class _FakeMailbox(BaseMailbox):
         capabilities = {Capability.ATOMIC_CREATE, Capability.COMPARE_AND_SWAP}
         if isinstance(inner, FileMailbox):
             capabilities.add(Capability.SHARED_ACROSS_PROCESSES)
+        if inner.supports(Capability.LIST_START_AFTER):
+            capabilities.add(Capability.LIST_START_AFTER)  # true: listings are the store's
         # The lie is the point: these stores declare what they do not deliver.
         self.capabilities = frozenset(capabilities)  # type: ignore[misc]
 
@@ -128,6 +143,9 @@ class _FakeMailbox(BaseMailbox):
 
     def _iter_keys(self, prefix: str) -> Iterator[str]:
         return self._inner._iter_keys(prefix)
+
+    def _iter_keys_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        return self._inner._iter_keys_after(prefix, start_after)
 
     def _replace(
         self, key: str, data: bytes, version: Version, write_id: str
@@ -188,3 +206,18 @@ class IgnorePreconditionsMailbox(_FakeMailbox):
     def _create(self, key: str, data: bytes, write_id: str) -> Version | Conflict:
         self._inner._write(key, data, write_id)
         return Version(write_id)
+
+
+class IgnoreStartAfterMailbox(MemoryMailbox):
+    """WRONG LISTINGS: declares ``Capability.LIST_START_AFTER``, but ignores ``start_after``.
+
+    ``list(prefix, start_after=k)`` returns every key under ``prefix``, those up to ``k``
+    included. Everything else is the real ``memory://`` store ``name``.
+    """
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.ATOMIC_CREATE, Capability.COMPARE_AND_SWAP, Capability.LIST_START_AFTER}
+    )
+
+    def _iter_keys_after(self, prefix: str, start_after: str) -> Iterator[str]:
+        return self._iter_keys(prefix)  # the lie: the start point is dropped

@@ -83,6 +83,7 @@ _MEANING = {
     Capability.ATOMIC_CREATE: "put_if_absent is not claimed atomic",
     Capability.COMPARE_AND_SWAP: "no compare-and-swap",
     Capability.SHARED_ACROSS_PROCESSES: "other processes do not see its keys",
+    Capability.LIST_START_AFTER: "a partial listing is a filtered full listing",
 }
 
 

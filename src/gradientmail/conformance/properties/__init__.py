@@ -4,7 +4,8 @@ Each :class:`~gradientmail.conformance.context.Property` is a function of a
 :class:`~gradientmail.conformance.context.Context`; the framework lives in
 :mod:`gradientmail.conformance.context`. The properties are grouped by what they protect:
 
-* :mod:`.keys`: which keys a store takes, and how it lists them;
+* :mod:`.keys`: which keys a store takes, and how it lists them (partial listings, with
+  ``start_after``, in :mod:`.listings`);
 * :mod:`.values`: the bytes written are the bytes read;
 * :mod:`.semantics`: read-after-write, deletes, create-only preconditions,
   compare-and-swap, lost responses, and the stateful model;
@@ -22,11 +23,12 @@ from __future__ import annotations
 from gradientmail.conformance import context
 from gradientmail.conformance.context import *  # noqa: F403 - the framework, re-exported
 from gradientmail.conformance.context import Property
-from gradientmail.conformance.properties import concurrency, keys, semantics, values
+from gradientmail.conformance.properties import concurrency, keys, listings, semantics, values
 
 # Each group's checks and constants, re-exported: this module held them all before.
 from gradientmail.conformance.properties.concurrency import *  # noqa: F403 - the group's __all__
 from gradientmail.conformance.properties.keys import *  # noqa: F403 - the group's __all__
+from gradientmail.conformance.properties.listings import *  # noqa: F403 - part of keys
 from gradientmail.conformance.properties.semantics import *  # noqa: F403 - the group's __all__
 from gradientmail.conformance.properties.values import *  # noqa: F403 - the group's __all__
 from gradientmail.errors import ConfigurationError
@@ -34,6 +36,7 @@ from gradientmail.errors import ConfigurationError
 __all__ = ["GROUPS", "PROPERTIES", "property_named", "select_properties"]
 __all__ += context.__all__
 __all__ += keys.__all__
+__all__ += listings.__all__
 __all__ += values.__all__
 __all__ += semantics.__all__
 __all__ += concurrency.__all__

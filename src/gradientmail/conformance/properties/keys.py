@@ -20,6 +20,7 @@ from gradientmail.conformance.context import (
     key_text,
     shown,
 )
+from gradientmail.conformance.properties.listings import check_list_start_after
 from gradientmail.errors import GradientMailError, InvalidKeyError
 from gradientmail.keys import MAX_KEY_BYTES
 from gradientmail.mailbox import Capability
@@ -331,5 +332,13 @@ KEY_PROPERTIES: tuple[Property, ...] = (
         "list-pagination",
         "keys lost or repeated once a listing passes one page (1000 keys)",
         check_list_pagination,
+    ),
+    Property(
+        "list-start-after",
+        "a listing resumed after a key repeating or skipping keys (the start point ignored, "
+        "off by one, or lost at a page end)",
+        check_list_start_after,
+        (Capability.LIST_START_AFTER,),
+        needs=("hypothesis",),
     ),
 )
