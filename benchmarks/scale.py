@@ -101,11 +101,9 @@ def serve(listener: Listener, ready: Any) -> None:
 
         with store.lock:
             keys = store.sorted_keys
-            start = (
-                bisect.bisect_left(keys, prefix)
-                if after is None
-                else bisect.bisect_right(keys, after)
-            )
+            start = bisect.bisect_left(keys, prefix)
+            if after is not None:
+                start = max(start, bisect.bisect_right(keys, after))
             out = keys[start : start + PAGE]
         return [k for k in out if k.startswith(prefix)]
 
@@ -164,7 +162,12 @@ class RemoteMailbox:
     """A client of the store server: one connection per thread, plain Mailbox methods."""
 
     capabilities = frozenset(
-        {Capability.ATOMIC_CREATE, Capability.COMPARE_AND_SWAP, Capability.SHARED_ACROSS_PROCESSES}
+        {
+            Capability.ATOMIC_CREATE,
+            Capability.COMPARE_AND_SWAP,
+            Capability.SHARED_ACROSS_PROCESSES,
+            Capability.LIST_START_AFTER,
+        }
     )
     max_key_bytes = 1024
     url = "scale://store"
@@ -208,8 +211,8 @@ class RemoteMailbox:
     def delete(self, key: str) -> None:
         self.call("delete", key)
 
-    def list(self, prefix: str = "") -> Iterator[str]:
-        after: str | None = None
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
+        after = start_after
         while True:
             keys: list[str] = self.call("page", prefix, after)
             yield from keys

@@ -63,10 +63,30 @@ def test_64_learners_deliver_each_of_5000_units_exactly_once() -> None:
     assert len(list(boxes[0].inner.list("done/"))) == UNITS
 
 
+def test_waiting_learners_read_no_claim_and_list_the_completions_once() -> None:
+    """Waiting costs no claim read and no listing of claims: only the idle markers.
+
+    Every read of a claim is the read-back of a won claim, and each learner lists the
+    completions at most twice: when it starts (a learner that starts late lists many), and
+    once to confirm the end (no learner dies here, so no claim scan is needed).
+    """
+    delivered, boxes = run_64_learners()
+    assert delivered == Counter(dict.fromkeys(range(UNITS), 2))
+    counts = sum((box.counts() for box in boxes), RequestCounts())
+    reads = counts.total("get", "units") + counts.total("get_versioned", "units")
+    assert reads == UNITS
+    two_listings = 2 * math.ceil(UNITS / PAGE)  # the start's listing, then the end's
+    for box in boxes:
+        assert box.counts().total("list_page", "done") <= two_listings
+    assert counts.total("create", "idle") == LEARNERS
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="the claim order still races: lost claims and waiting scans exceed the bound "
-    "(measured by benchmarks/scale.py); this test turns green when the bound is met",
+    reason="the issue's goals at 256 x 100k do not hold yet at 64 x 5k: about 6 % of creates "
+    "are lost (goal 2 %) and listing pages beyond two full listings are about 0.23 per unit "
+    "(goal 0.02), in good part fixed per-learner costs that 78 units per learner cannot "
+    "amortize; this test turns green when they do",
 )
 def test_64_learners_claim_5000_units_with_a_bounded_number_of_requests() -> None:
     delivered, boxes = run_64_learners()

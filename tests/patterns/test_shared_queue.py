@@ -242,22 +242,21 @@ class SimClock:
 
 
 class IdleAfterClaims(DelegatingMailbox):
-    """Tells the clock a learner is idle once it lists completions after its first scan.
+    """Tells the clock a learner is idle once it lists the idle markers.
 
-    A learner lists ``done/`` once when it starts and again only when no unit is free and
-    it waits for the others to finish: from then on it loads nothing in this test.
+    A learner lists ``idle/`` only when no unit is free, it holds none, and it waits for
+    the others to finish: from then on it loads nothing in this test.
     """
 
     def __init__(self, inner: Mailbox, on_idle: Callable[[], None]) -> None:
         super().__init__(inner)
-        self.scans = 0
         self.on_idle = on_idle
+        self.idle = False
 
     def list(self, prefix: str = "") -> Iterator[str]:
-        if prefix == "done/":
-            self.scans += 1
-            if self.scans > 1:
-                self.on_idle()
+        if prefix == "idle/" and not self.idle:
+            self.idle = True
+            self.on_idle()
         return self.inner.list(prefix)
 
 

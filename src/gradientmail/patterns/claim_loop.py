@@ -3,11 +3,13 @@
 Order of preference, each time the buffer has room:
 
 1. units this learner held in an earlier incarnation (it restarted with the same id);
-2. free units, in the learner's preference order (see :class:`View`);
+2. free units, in the learner's preference order, jumping elsewhere after a lost claim
+   (see :mod:`gradientmail.patterns.claim_view`);
 3. when none is free: units that were released, or whose owner's lease expired, taken
    over with compare-and-swap. While units are claimed but not done and none can be taken,
-   the thread keeps watching, once per renewal period, and ends only when every unit is
-   done. So a learner that dies last still has its units finished by someone. With
+   the thread keeps watching the others' leases and idle markers (see
+   :mod:`gradientmail.patterns.idle_watch`), and ends only when every unit is done. So a
+   learner that dies last still has its units finished by someone. With
    ``wait_for_others=False`` it ends instead (lockstep training: a rank waiting here for
    data while another waits for it in a collective would deadlock).
 
@@ -17,16 +19,16 @@ ends when no unit is free.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gradientmail.errors import LeaseLostError
+from gradientmail.patterns.claim_view import PROBES_BEFORE_LISTING, View, lists_from_a_key
 from gradientmail.patterns.claims import ClaimRecord
+from gradientmail.patterns.idle_watch import IdleWatch
 from gradientmail.patterns.leases import RENEWALS_PER_LEASE, Lease, LeaseWatcher
 from gradientmail.patterns.progress import LEASES_PREFIX, ProgressReporter
 from gradientmail.patterns.unit_claims import DONE, RELEASED, Held, UnitClaims
@@ -37,59 +39,6 @@ if TYPE_CHECKING:
     from gradientmail.patterns.shared_queue import QueueStats
 
 __all__ = ["ClaimLoop", "Exhausted", "Failed", "Fenced", "UnitEnd", "UnitStart", "View", "Wake"]
-
-
-class View:
-    """Which units this learner believes are taken, by position in its preference order."""
-
-    def __init__(self, identifiers: list[str], learner_id: str) -> None:
-        self.identifiers = identifiers
-        self.position = {ident: p for p, ident in enumerate(identifiers)}
-        self.taken = bytearray(len(identifiers))  # 1 = known claimed by someone
-        self.next = 0
-        seed = hashlib.sha256(learner_id.encode("utf-8")).digest()
-        self.rng = random.Random(seed)
-
-    def mark(self, identifiers: Iterable[str]) -> None:
-        """Mark ``identifiers`` as taken."""
-        for ident in identifiers:
-            p = self.position.get(ident)
-            if p is not None:
-                self.taken[p] = 1
-
-    def rebuild(self, claimed: set[str]) -> None:
-        """Make the view exactly ``claimed`` (units released by deletion become free)."""
-        self.taken = bytearray(len(self.identifiers))
-        self.mark(claimed)
-
-    def candidate(self) -> int | None:
-        """The next position believed free, continuing in order; else any free position."""
-        p = self.taken.find(0, self.next)
-        if p >= 0:
-            return p
-        return self.spread()
-
-    def spread(self) -> int | None:
-        """Move into the largest run of free positions; ``None`` if none is free.
-
-        The start is a random point in the middle half of the run (seeded by the learner
-        id), so learners that lost the same claim go different ways.
-        """
-        taken = self.taken
-        best_start, best_len = -1, 0
-        p = taken.find(0)
-        while p >= 0:
-            end = taken.find(1, p)
-            if end < 0:
-                end = len(taken)
-            if end - p > best_len:
-                best_start, best_len = p, end - p
-            p = taken.find(0, end)
-        if best_len == 0:
-            return None
-        offset = int(best_len * self.rng.uniform(0.25, 0.75)) if best_len > 2 else 0
-        self.next = best_start + offset
-        return self.next
 
 
 # -- buffer entries other than items ----------------------------------------------------------
@@ -164,10 +113,6 @@ _WAIT = object()
 #: over from a learner declared dead at WARNING.
 _log = logging.getLogger(__name__)
 
-#: Claims lost in a row before the view is refreshed by a listing; until then a learner that
-#: loses jumps to another point of its view, which costs one create and no listing.
-PROBES_BEFORE_LISTING = 4
-
 
 class ClaimLoop:
     """The loader thread's work: claim, take over, load into ``buffer``.
@@ -207,6 +152,7 @@ class ClaimLoop:
         #: ``True`` when the thread ended while other learners still held unfinished units.
         self.others_unfinished = False
         self.learner = claims.learner_id
+        view.paged = view.sorted and lists_from_a_key(claims.mailbox)
         self.watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=lease.duration)
         # While waiting for others to finish, look again after 100 ms, doubling up to one
         # renewal period, and quickly again whenever a unit was completed meanwhile: a
@@ -215,7 +161,11 @@ class ClaimLoop:
         self.backoff = Backoff(period, floor=min(0.1, period))
         self.done_seen = -1
         self.own: list[tuple[str, ClaimRecord, Version]] = []
-        self.refreshed = True
+        self.idle = IdleWatch(
+            claims.mailbox, claims.layout, self.learner, claims.incarnation, self.watcher, period
+        )
+        self.confirmed_at = -period  # monotonic time of the last listing of done/ that failed
+        self.period = period
         self.losses = 0  # claims lost in a row since the last listing
         self.takeovers: list[str] = []  # found takeable by the last scan, not yet taken
         self.held_limit = buffer.capacity + 2
@@ -255,8 +205,14 @@ class ClaimLoop:
         ids = self.view.position
         self.stats.units_done_before = sum(1 for ident in scan.done if ident in ids)
         self.view.mark(scan.claimed)
+        others = any(
+            key != LEASES_PREFIX + self.learner for key in self.claims.mailbox.list(LEASES_PREFIX)
+        )
+        self.stats.listings += 1
+        self.view.start_at(alone=not others)
         if not self.claims.cas or self.claims.incarnation <= 1:
             return  # no earlier incarnation of this learner: nothing of ours to take back
+        self.idle.forget_predecessor()
         mine = [ident for ident in scan.open if ident in ids]
         for ident, (record, version) in self.claims.read_all(mine).items():
             if record.owner == self.learner and UnitClaims.state(record) not in (DONE,):
@@ -279,7 +235,9 @@ class ClaimLoop:
             return held
         view = self.view
         while not self.closing.is_set():
-            p = view.candidate()
+            p = None if self.losses else view.candidate()
+            if p is None:
+                p = self.jump()  # a wall, or a lost claim: move into a run believed free
             if p is not None:
                 identifier = view.identifiers[p]
                 began = time.perf_counter()
@@ -288,29 +246,19 @@ class ClaimLoop:
                 if held is not None:
                     self.stats.claim_latency.add(time.perf_counter() - began)
                     view.next = p + 1
-                    self.refreshed = False
                     self.losses = 0
                     return self.hold(held, reclaimed=False)
-                # Lost: another learner was there first. Jump elsewhere in the largest run
-                # believed free (a point drawn from this learner's own seed) and try again;
-                # only a streak of losses means the view is too stale, and costs a listing.
                 self.stats.conflicts_lost += 1
                 _log.debug(
                     "%r lost the claim of unit %r to another learner", self.learner, identifier
                 )
                 self.losses += 1
-                if self.losses >= PROBES_BEFORE_LISTING:
-                    self.refresh()
+                if self.losses >= PROBES_BEFORE_LISTING and not view.paged:
+                    self.refresh()  # too stale for probing alone (no partial listings)
                     self.losses = 0
-                view.spread()
                 continue
-            if not self.refreshed:
-                self.refresh()
-                continue
-            found = self.reclaim()
-            if found is _WAIT and not self.wait_for_others:
-                self.others_unfinished = True
-                return None
+            # No unit is free: every unit is claimed.
+            found = self.wait_step()
             if found is _WAIT:
                 self.closing.wait(self.backoff.next())  # a polling period, not a sync
                 continue
@@ -319,6 +267,55 @@ class ClaimLoop:
             if isinstance(found, Held):
                 return found
         return None
+
+    def jump(self) -> int | None:
+        """Where to claim after a wall or a lost claim; ``None`` when every unit is taken."""
+        p, listings, keys = self.view.jump(self.claims.mailbox, self.claims.layout.units)
+        self.stats.listings += listings
+        self.stats.listed_keys += keys
+        return p
+
+    def wait_step(self) -> object:
+        """Nothing is free: end, take a unit over, or say to wait (``_WAIT``).
+
+        Returns what :meth:`reclaim` returns, or ``None`` at the end of the epoch.
+        """
+        if not self.claims.cas or not self.wait_for_others:
+            found = self.reclaim()  # one scan decides (claims are permanent, or no waiting)
+            if found is _WAIT and not self.wait_for_others:
+                self.others_unfinished = True
+                return None
+            return found
+        with self.held_lock:  # own units first: an idle marker means "holds nothing"
+            while self.held and not self.closing.is_set():
+                self.held_lock.wait()  # notified by each recorded completion and by close
+        if self.closing.is_set():
+            return None
+        self.idle.mark()
+        poll = self.idle.poll()
+        self.stats.idle_polls += 1
+        if poll.changed:
+            self.backoff.reset()
+        if poll.suspects:
+            found = self.reclaim()
+            self.idle.settle(poll.suspects)
+            return found
+        if not poll.nobody_busy:
+            return _WAIT
+        if not poll.changed and time.monotonic() - self.confirmed_at < self.period:
+            return _WAIT  # the last confirmation failed and nothing changed since
+        if self.all_done():
+            return None
+        self.confirmed_at = time.monotonic()
+        return self.reclaim()  # nobody works, yet units are open: look at the claims
+
+    def all_done(self) -> bool:
+        """One listing of the completions: whether every unit of the epoch is done."""
+        prefix = self.claims.layout.done
+        done = {key[len(prefix) :] for key in self.claims.mailbox.list(prefix)}
+        self.stats.listings += 1
+        self.stats.listed_keys += len(done)
+        return all(ident in done for ident in self.view.identifiers)
 
     def wait_for_completions(self) -> bool:
         """Claim nothing while more units are held than the buffer plus two can explain.
@@ -343,7 +340,6 @@ class ClaimLoop:
                 self.view.taken[p] = 1
         self.stats.listings += 1
         self.stats.listed_keys += listed
-        self.refreshed = True
 
     def reclaim(self) -> object:
         """Nothing is free: take over a released or dead learner's unit, or say to wait.
@@ -420,6 +416,7 @@ class ClaimLoop:
     def take_over(self, ident: str) -> Held | None:
         """Take over a remembered open claim; on a lost swap, forget it and look soon."""
         record, version = self.known.pop(ident)
+        self.idle.unmark()  # busy again before the unit is ours
         held = self.claims.take_over(ident, record, version)
         if held is None:
             self.backoff.reset()  # it changed (released, or taken): read it again soon

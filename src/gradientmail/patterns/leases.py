@@ -43,6 +43,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,8 @@ class LeaseState:
     #: ``True`` when the holder is not running: it ended, was declared lost, or its record
     #: was unchanged (or missing) for a whole duration of this observer's clock.
     dead: bool
+    #: The ``epoch`` its record names (a ``shared_queue`` learner's), or ``None``.
+    epoch: int | None = None
 
 
 def _record(
@@ -110,6 +113,8 @@ class Lease:
         period: seconds between renewals; ``duration / 3`` when ``None``. It is written
             into the record, so that :meth:`acquire` watches an earlier holder for about one
             of its periods.
+        extra: more fields for the record (a ``shared_queue`` learner writes its
+            ``epoch``), read back by :meth:`LeaseWatcher.observe`.
 
     Thread-safe: renewals run on a background thread, :meth:`ensure_fresh` on any thread.
     """
@@ -122,8 +127,10 @@ class Lease:
         *,
         duration: float,
         period: float | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.mailbox = mailbox
+        self.extra = dict(extra or {})
         self.key = key
         self.holder = holder
         self.duration = float(duration)
@@ -310,6 +317,7 @@ class Lease:
             state,
             self.duration,
             period=self.period,
+            **self.extra,
         )
 
     def _stored(self, version: Version | None, sent: float) -> None:
@@ -394,7 +402,14 @@ class LeaseWatcher:
         duration = float(record.get("lease") or self.duration)
         unchanged_long = now - since >= duration
         dead = (state not in LIVE_STATES and state != "missing") or unchanged_long
-        return LeaseState(holder, state, int(record.get("incarnation") or 0), dead)
+        epoch = record.get("epoch")
+        return LeaseState(
+            holder,
+            state,
+            int(record.get("incarnation") or 0),
+            dead,
+            epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
+        )
 
     def declare_lost(self, holder: str, by: str) -> bool:
         """Mark ``holder``'s lease lost, if it is still the record this watcher saw.

@@ -20,11 +20,16 @@ Run layout: every key a ``shared_queue`` run writes is named here, and nowhere e
     ``done``. Resume and status count these keys by listing, never by reading claims.
 ``reclaimed/{identifier}``
     Created when a unit was taken over from a learner that died or left, for status.
+``idle/{learner_id}``
+    Created when a learner holds no unit of the epoch and finds none free; deleted before
+    it takes one over. A learner that finished, left, died or works on another epoch is
+    marked by whoever finds that out. When every leased learner is marked, one listing of
+    ``done/`` tells whether the epoch is over (:mod:`gradientmail.patterns.idle_watch`).
 ``leases/{learner_id}``
     The learner's lease (:mod:`gradientmail.patterns.leases`).
 ``learners/{learner_id}``
     A :class:`~gradientmail.session.Session`'s progress record.
-``epochs/{k}/units/``, ``epochs/{k}/done/``, ``epochs/{k}/reclaimed/``
+``epochs/{k}/units/``, ``epochs/{k}/done/``, ``epochs/{k}/reclaimed/``, ``epochs/{k}/idle/``
     The same for epoch ``k`` >= 1; epoch 0 uses the keys above. Manifest, leases and
     progress records are shared by all epochs.
 
@@ -105,6 +110,11 @@ class RunLayout:
     def reclaimed(self) -> str:
         """The takeover markers' prefix."""
         return self.base + "reclaimed/"
+
+    @property
+    def idle(self) -> str:
+        """The prefix of the markers of learners that hold no unit and find none free."""
+        return self.base + "idle/"
 
 
 def digest_of(identifiers: Iterable[str]) -> str:

@@ -156,8 +156,10 @@ class SharedQueue(Generic[T]):
         epoch: int,
         lease: float,
         wait_for_others: bool = True,
+        shared_order: bool = True,
     ) -> None:
         self.learner_id = learner_id
+        self._shared_order = shared_order
         self.epoch = epoch
         self.stats = QueueStats()
         self._mailbox = mailbox
@@ -170,7 +172,9 @@ class SharedQueue(Generic[T]):
         self._wait_for_others = wait_for_others
         self._loop: ClaimLoop | None = None
         self._layout = RunLayout(epoch)
-        self._lease = Lease(mailbox, LEASES_PREFIX + learner_id, learner_id, duration=lease)
+        self._lease = Lease(
+            mailbox, LEASES_PREFIX + learner_id, learner_id, duration=lease, extra={"epoch": epoch}
+        )
         self._buffer: HandoffBuffer[T] = HandoffBuffer(prefetch)
         self._held: dict[str, Held] = {}
         # Guards _held; notified when a completion is recorded and on close, so the loader
@@ -197,7 +201,7 @@ class SharedQueue(Generic[T]):
         self._claims = claims
         loop = ClaimLoop(
             units=self._units,
-            view=View(self._identifiers, self.learner_id),
+            view=View(self._identifiers, self.learner_id, shared_order=self._shared_order),
             claims=claims,
             lease=self._lease,
             load=self._load,
@@ -481,6 +485,7 @@ def shared_queue(
         epoch=epoch,
         lease=float(lease),
         wait_for_others=wait_for_others,
+        shared_order=order is None,
     )
     try:
         queue._start()

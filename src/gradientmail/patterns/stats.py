@@ -135,12 +135,15 @@ class QueueStats(Stats):
     claim_latency: Latencies = field(default_factory=Latencies)
     #: claims lost because another learner had created the unit first.
     conflicts_lost: int = 0
-    #: listings of claims or completions taken while claiming (at the start, and to
-    #: refresh the local view after a lost claim or before concluding nothing is free).
+    #: listings of claims or completions taken while claiming: at the start, one page per
+    #: jump after a lost claim (a full listing where the store cannot start a listing at a
+    #: key), and the listing of completions that confirms the end.
     listings: int = 0
-    #: scans (a listing of claims and one of completions) taken while waiting, with no unit
-    #: free, for the others to finish or for a dead learner's units.
+    #: scans (a listing of claims and one of completions, and a read of each open claim)
+    #: taken while waiting, to take over the units of a learner that died or left.
     wait_scans: int = 0
+    #: polls while waiting: a listing of the leases and of the idle markers each.
+    idle_polls: int = 0
     #: keys read by all those listings.
     listed_keys: int = 0
     #: lease writes (acquiring and renewing), counted when the queue closes.

@@ -1,0 +1,233 @@
+"""What a ``shared_queue`` learner believes is taken, and where it claims next.
+
+Every learner walks its preference order (see :mod:`gradientmail.patterns.preference`)
+and keeps to its own stretch of it:
+
+* A learner with an ``order=`` of its own, or that finds no other learner's lease when it
+  starts, takes the units from its first preference on, in exactly that order, as long as
+  it never loses a claim. Learners that share one order (the mapping's, or a ``shuffle``)
+  and start among others start at a point of it drawn from their ids, so learners that
+  start together start apart, and each follows the order from there.
+* After a lost claim, or on reaching a unit it knows is taken (a *wall*), a learner *jumps*
+  into a run of units it believes free, drawn in proportion to the runs' lengths, at a
+  point drawn from its own seed (the learner id) in the middle half of the run: learners
+  that jump together spread over the free runs, and two that land in one run split it
+  instead of colliding at once.
+* Where the mailbox starts listings in the store (``Capability.LIST_START_AFTER``) and the
+  preference order is the identifiers' sorted order (the order keys list in), a jump first
+  lists one page of claims from the start of that run: the page shows exactly which of the
+  next units are taken, so the jump lands on a unit that was free a moment ago, and a walk
+  that later reaches a unit on that page stops there without a lost claim. A lost claim
+  costs one page, never a full listing.
+* Otherwise (a shuffled or custom order, or a store without partial listings) the view
+  knows only the learner's own claims and losses: a jump goes to the middle half of the
+  largest run believed free, and a streak of :data:`PROBES_BEFORE_LISTING` lost claims
+  refreshes the view with a full listing.
+
+Marks are only ever added: with compare-and-swap a claim is never deleted, so "taken" is
+never wrong, and a learner whose view has no free unit left knows, without a listing, that
+every unit is claimed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import itertools
+import random
+from collections.abc import Iterable
+
+from gradientmail.mailbox import Capability, Mailbox, SupportsListStartAfter
+
+__all__ = ["PAGE", "PROBES_BEFORE_LISTING", "View", "lists_from_a_key"]
+
+#: Claims lost in a row before a view without partial listings is refreshed by a full
+#: listing; until then a learner that loses jumps elsewhere, which costs one create.
+PROBES_BEFORE_LISTING = 4
+#: Keys read by one partial listing: one page of S3, GCS and Azure.
+PAGE = 1000
+#: Partial listings one jump may take before it settles on a run it has not verified.
+LISTINGS_PER_JUMP = 3
+
+
+def lists_from_a_key(mailbox: Mailbox) -> bool:
+    """Whether ``mailbox`` declares partial listings and its ``list`` takes ``start_after``.
+
+    A wrapper may forward an inner mailbox's capabilities while its own ``list`` predates
+    partial listings; such a mailbox is treated as one without them.
+    """
+    if not mailbox.supports(Capability.LIST_START_AFTER):
+        return False
+    try:
+        parameters = inspect.signature(mailbox.list).parameters
+    except (TypeError, ValueError):
+        return False
+    return "start_after" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+class View:
+    """Which units this learner believes are taken, by position in its preference order.
+
+    Args:
+        identifiers: the preference order.
+        learner_id: seeds this learner's jump points.
+        shared_order: every learner has this order (no ``order=``), so learners that start
+            together should start apart; with an ``order=`` of its own a learner starts at
+            its first preference.
+    """
+
+    def __init__(self, identifiers: list[str], learner_id: str, shared_order: bool = True) -> None:
+        self.shared_order = shared_order
+        #: Jumps list a page first (set by the claim loop; see :func:`lists_from_a_key`).
+        self.paged = False
+        self.identifiers = identifiers
+        self.position = {ident: p for p, ident in enumerate(identifiers)}
+        self.taken = bytearray(len(identifiers))  # 1 = known claimed by someone
+        self.next = 0
+        self.jumps = 0
+        seed = hashlib.sha256(learner_id.encode("utf-8")).digest()
+        self.rng = random.Random(seed)
+        #: The order is the sorted order, so a listing page covers a contiguous stretch.
+        self.sorted = all(a < b for a, b in itertools.pairwise(identifiers))
+
+    def mark(self, identifiers: Iterable[str]) -> None:
+        """Mark ``identifiers`` as taken."""
+        for ident in identifiers:
+            p = self.position.get(ident)
+            if p is not None:
+                self.taken[p] = 1
+
+    def rebuild(self, claimed: set[str]) -> None:
+        """Make the view exactly ``claimed`` (units released by deletion become free)."""
+        self.taken = bytearray(len(self.identifiers))
+        self.mark(claimed)
+
+    def exhausted(self) -> bool:
+        """Whether every unit is believed taken (with compare-and-swap: is taken)."""
+        return self.taken.find(0) < 0
+
+    def candidate(self) -> int | None:
+        """The next position to claim, or ``None`` to jump.
+
+        With partial listings, the one after the last claim if believed free: a wall means
+        another learner's stretch, and a jump costs only a page. Without, the next position
+        believed free, walking past walls the view knows of (a jump is blind).
+        """
+        p = self.next
+        if self.paged:
+            return p if p < len(self.taken) and not self.taken[p] else None
+        p = self.taken.find(0, p)
+        return p if p >= 0 else None
+
+    def largest_run(self) -> tuple[int, int] | None:
+        """The largest run believed free (a blind jump's target)."""
+        runs = self.runs()
+        return max(runs, key=lambda run: run[1]) if runs else None
+
+    def runs(self) -> list[tuple[int, int]]:
+        """``(start, length)`` of every run of positions believed free."""
+        taken = self.taken
+        found = []
+        p = taken.find(0)
+        while p >= 0:
+            end = taken.find(1, p)
+            if end < 0:
+                end = len(taken)
+            found.append((p, end - p))
+            p = taken.find(0, end)
+        return found
+
+    def pick_run(self, within: tuple[int, int] | None = None) -> tuple[int, int] | None:
+        """A run believed free, drawn with probability in proportion to its length.
+
+        Learners that jump at the same moment with the same knowledge then spread over the
+        free runs instead of all choosing the largest one. With ``within=(first, last)``,
+        only the parts of runs between those positions count.
+        """
+        runs = self.runs()
+        if within is not None:
+            first, last = within
+            runs = [
+                (max(start, first), min(start + length - 1, last) - max(start, first) + 1)
+                for start, length in runs
+                if start <= last and start + length - 1 >= first
+            ]
+        if not runs:
+            return None
+        point = self.rng.randrange(sum(length for _, length in runs))
+        for start, length in runs:
+            if point < length:
+                return start, length
+            point -= length
+        return runs[-1]  # pragma: no cover - the draw is below the total
+
+    def start_at(self, alone: bool) -> None:
+        """Choose the first position: the first unit for a learner alone, else a point
+        drawn from the learner id, so learners that start together start apart."""
+        if not alone and self.shared_order and self.identifiers:
+            self.next = int(len(self.identifiers) * self.rng.random())
+            self.jumps = 1  # the start was the spreading jump
+
+    def jump(self, mailbox: Mailbox, prefix: str) -> tuple[int | None, int, int]:
+        """Move into a run believed free; see the module docstring.
+
+        Returns:
+            ``(position, listings, keys listed)``: the position to claim next (``None``
+            when no unit is believed free), the partial listings taken and the keys they
+            returned.
+        """
+        listings = keys = 0
+        if not self.paged:
+            run = self.largest_run()
+        else:
+            run = self.pick_run()
+            while run is not None and listings < LISTINGS_PER_JUMP:
+                # List the claims from the run's start, then choose only in the stretch the
+                # page covered: what it shows free was free a moment ago.
+                assert isinstance(mailbox, SupportsListStartAfter)
+                last, listed = self._list_page(mailbox, prefix, run[0])
+                listings += 1
+                keys += listed
+                verified = self.pick_run(within=(run[0], last))
+                if verified is not None:
+                    run = verified
+                    break
+                run = self.pick_run()  # all taken there: try another run
+        if run is None:
+            return None, listings, keys
+        start, length = run
+        # Never the run's first unit when it has others: a learner walking forward may be
+        # about to claim it.
+        if length == 1:
+            offset = 0
+        elif self.jumps == 0:
+            offset = 1 + int((length - 1) * self.rng.random())
+        else:
+            offset = 1 + int((length - 1) * self.rng.uniform(0.25, 0.75))
+        self.jumps += 1
+        self.next = start + offset
+        return self.next, listings, keys
+
+    def _list_page(
+        self, mailbox: SupportsListStartAfter, prefix: str, start: int
+    ) -> tuple[int, int]:
+        """Mark the claims on one page listed from ``start``.
+
+        Returns:
+            ``(last, listed)``: the last position the page covers and the keys it held.
+        """
+        after = prefix + self.identifiers[start - 1] if start > 0 else None
+        listed = 0
+        last = len(self.identifiers) - 1
+        position = self.position
+        for key in mailbox.list(prefix, start_after=after):
+            p = position.get(key[len(prefix) :])
+            if p is not None:
+                self.taken[p] = 1
+            listed += 1
+            if listed >= PAGE:
+                last = p if p is not None else start
+                break
+        return last, listed

@@ -1,0 +1,193 @@
+"""How a ``shared_queue`` learner with nothing left to claim waits for the others, cheaply.
+
+Once every unit is claimed, a learner waits until every unit is done, and takes over the
+units of learners that die or leave. Waiting must cost little however many learners and
+units there are, so a waiting learner does not list the claims while the others are merely
+working:
+
+* A learner that holds no unit and finds none free creates ``idle/{learner_id}`` (one per
+  epoch). It deletes the marker before it takes a unit over, and a later incarnation
+  deletes its predecessor's.
+* Each poll lists ``leases/`` and ``idle/``: one page each for up to 1,000 learners. The
+  learners with a lease but no marker are *busy*. Each busy learner is watched by
+  :data:`WATCHERS` of the marked learners, chosen by rendezvous hashing of the two ids, so
+  that every learner knows whom it watches without asking anyone. A watcher reads a
+  watched lease at most once per renewal period.
+* A watched learner whose lease says it finished, or that it runs another epoch, holds no
+  unit of this epoch: its watcher marks it idle. One whose lease says it released its units,
+  failed or was declared lost, or whose lease was not renewed for a whole lease duration,
+  is a *suspect*: the watcher scans the claims once (a full listing, and one read per open
+  claim), takes its units over, and then marks it idle.
+* When no learner is busy, one listing of ``done/`` tells whether every unit is done. When
+  it is not (a learner was marked while it still worked, or died unseen), the learner scans
+  the claims as above, and lists ``done/`` again only after the markers change or a renewal
+  period passes.
+
+A learner marked idle while it still works can delay the end, never bring it forward: only
+the listing of ``done/`` ends the epoch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+from gradientmail.mailbox import Mailbox
+from gradientmail.patterns.claims import encode_record
+from gradientmail.patterns.leases import LeaseState, LeaseWatcher
+from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout
+
+__all__ = ["WATCHERS", "IdleWatch", "Poll"]
+
+#: How many idle learners watch each busy one.
+WATCHERS = 2
+
+
+@dataclass
+class Poll:
+    """What one poll found."""
+
+    #: No learner is busy: a listing of ``done/`` may end the epoch.
+    nobody_busy: bool
+    #: Watched learners that may hold units nobody works on.
+    suspects: list[str] = field(default_factory=list)
+    #: The set of marked learners differs from the previous poll's.
+    changed: bool = False
+
+
+def _rank(holder: str, watcher: str) -> bytes:
+    return hashlib.blake2b(f"{holder}\n{watcher}".encode(), digest_size=8).digest()
+
+
+class IdleWatch:
+    """One learner's side of the idle markers of one epoch.
+
+    Args:
+        mailbox: the run's mailbox.
+        layout: the epoch's keys.
+        learner_id: this learner.
+        incarnation: this learner's lease incarnation.
+        watcher: the learner's lease watcher (shared with its claim scans, so a holder
+            watched here can be declared lost there).
+        period: the lease renewal period: the most often one lease is read.
+    """
+
+    def __init__(
+        self,
+        mailbox: Mailbox,
+        layout: RunLayout,
+        learner_id: str,
+        incarnation: int,
+        watcher: LeaseWatcher,
+        period: float,
+    ) -> None:
+        self.mailbox = mailbox
+        self.layout = layout
+        self.prefix = layout.idle
+        self.learner = learner_id
+        self.incarnation = incarnation
+        self.watcher = watcher
+        self.period = period
+        self.marked = False
+        self._observed: dict[str, tuple[float, LeaseState]] = {}
+        self._idle: frozenset[str] = frozenset()
+        #: listing pages and lease reads made by polls.
+        self.pages = 0
+        self.lease_reads = 0
+
+    # -- this learner's marker ----------------------------------------------------------------
+
+    def mark(self) -> None:
+        """Say that this learner holds no unit and finds none free."""
+        if not self.marked:
+            self._mark_for(self.learner, "idle")
+            self.marked = True
+
+    def unmark(self) -> None:
+        """Before taking a unit over: this learner is busy again."""
+        if self.marked:
+            self.mailbox.delete(self.prefix + self.learner)
+            self.marked = False
+
+    def forget_predecessor(self) -> None:
+        """Delete a marker an earlier incarnation of this learner left (it may hold units)."""
+        self.mailbox.delete(self.prefix + self.learner)
+        self.marked = False
+
+    def _mark_for(self, holder: str, why: str) -> None:
+        record = {"by": self.learner, "incarnation": self.incarnation, "why": why}
+        record["at"] = time.time()
+        self.mailbox.put_if_absent(self.prefix + holder, encode_record(record))
+
+    # -- polling ------------------------------------------------------------------------------
+
+    def poll(self) -> Poll:
+        """List the leases and the markers; read the leases this learner watches."""
+        leased = self._names(LEASES_PREFIX)
+        idle = frozenset(self._names(self.prefix))
+        changed = idle != self._idle
+        self._idle = idle
+        busy = sorted(leased - idle - {self.learner})
+        watchers = sorted(idle | {self.learner})
+        suspects: list[str] = []
+        still_busy = 0
+        for holder in busy:
+            if not self._watches(holder, watchers):
+                still_busy += 1
+                continue
+            state = self._observe(holder)
+            if self._works_here(state):
+                still_busy += 1
+            elif state.state == "finished" or (state.state == "running" and not state.dead):
+                # Finished (holds nothing), or alive in another epoch: nothing of this one.
+                self._mark_for(holder, f"{state.state} in epoch {state.epoch}")
+            else:
+                suspects.append(holder)
+                still_busy += 1
+        return Poll(nobody_busy=still_busy == 0, suspects=suspects, changed=changed)
+
+    def settle(self, suspects: list[str]) -> None:
+        """After a scan took the suspects' units over: mark those that are really gone."""
+        for holder in suspects:
+            state = self._observe(holder, fresh=True)
+            gone = state.dead and (
+                state.state != "running" or self.watcher.declare_lost(holder, self.learner)
+            )
+            if gone:
+                self._mark_for(holder, state.state)
+
+    def _works_here(self, state: LeaseState) -> bool:
+        return (
+            state.state == "running"
+            and not state.dead
+            and (state.epoch is None or state.epoch == self.layout.epoch)
+        )
+
+    def _watches(self, holder: str, watchers: list[str]) -> bool:
+        """Whether this learner is one of the :data:`WATCHERS` chosen for ``holder``."""
+        if len(watchers) <= WATCHERS:
+            return True
+        mine = _rank(holder, self.learner)
+        higher = sum(1 for w in watchers if w != self.learner and _rank(holder, w) > mine)
+        return higher < WATCHERS
+
+    def _observe(self, holder: str, *, fresh: bool = False) -> LeaseState:
+        now = time.monotonic()
+        seen = self._observed.get(holder)
+        if seen is not None and not fresh and now - seen[0] < self.period:
+            return seen[1]
+        self.lease_reads += 1
+        state = self.watcher.observe(holder)
+        self._observed[holder] = (now, state)
+        return state
+
+    def _names(self, prefix: str) -> set[str]:
+        names = set()
+        for n, key in enumerate(self.mailbox.list(prefix)):
+            if n % 1000 == 0:
+                self.pages += 1
+            names.add(key[len(prefix) :])
+        if not names:
+            self.pages += 1
+        return names
