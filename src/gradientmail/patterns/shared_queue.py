@@ -20,12 +20,11 @@ Guarantees
       claim is stored the store is not atomic, and the queue raises
       :class:`~gradientmail.errors.AtomicityViolationError` (carried as below).
     * **Dead learners' units are finished by others.** Every learner holds one lease,
-      renewed every ``lease / 3`` seconds in the background. A learner that finds no free
-      unit does not leave while units are claimed but not done: it watches the owners'
-      leases and, once one was unchanged for ``lease`` seconds by its own clock, takes that
+      renewed every ``lease / 3`` seconds. A learner that finds no free unit does not leave
+      while units are claimed but not done: it watches the leases of learners still at
+      work, and once one was unchanged for ``lease`` seconds by its own clock, takes that
       learner's units over with ``put_if_match`` (exactly one taker) and loads them from
-      their first item. A dead learner's units wait at most ``lease`` plus one renewal
-      period once the others run out of free units.
+      their first item.
     * **Leaving when nothing is free.** With ``wait_for_others=False`` a learner that finds
       no free or released unit ends its iteration instead of waiting for units others hold.
       Lockstep training (DDP) and DataLoader workers need this: a rank waiting for data
@@ -64,9 +63,11 @@ are permanent, a dead learner's units stay unfinished (``gradientmail status`` s
 an early exit deletes the learner's unfinished claims.
 
 Cost per unit: a ``put_if_absent`` and a read-back to claim, a ``put_if_match`` and a
-``put_if_absent`` to complete; per learner, one lease write per ``lease / 3`` seconds and a
-few listings (at the start, before concluding nothing is free, and once per renewal period
-while waiting for others to finish).
+``put_if_absent`` to complete, and a few lost claims, each costing one page of claims where
+the store starts listings at a key and the order is the sorted one. Per learner: a lease
+write per ``lease / 3`` seconds, a listing of claims and completions at the start, one of
+completions at the end, and, while waiting, a page of leases and one of idle markers per
+poll (see :mod:`gradientmail.patterns.idle_watch`).
 
 Progress: the queue reports each unit's claim, start, finish and release, and the time the
 consumer waited for data, to a :class:`~gradientmail.session.Session` (``session=``, or the
@@ -172,9 +173,8 @@ class SharedQueue(Generic[T]):
         self._wait_for_others = wait_for_others
         self._loop: ClaimLoop | None = None
         self._layout = RunLayout(epoch)
-        self._lease = Lease(
-            mailbox, LEASES_PREFIX + learner_id, learner_id, duration=lease, extra={"epoch": epoch}
-        )
+        key = LEASES_PREFIX + learner_id
+        self._lease = Lease(mailbox, key, learner_id, duration=lease, extra={"epoch": epoch})
         self._buffer: HandoffBuffer[T] = HandoffBuffer(prefetch)
         self._held: dict[str, Held] = {}
         # Guards _held; notified when a completion is recorded and on close, so the loader
