@@ -34,8 +34,7 @@ Guarantees
       pause, a partition) delivers nothing more until it has renewed, and one that was taken
       over raises :class:`~gradientmail.errors.LeaseLostError`: it delivers no item of a
       unit it no longer owns and never records a completion for one.
-    * **Items are delivered twice only** for a unit whose owner died, was fenced or left
-      early: its next owner loads it from the first item.
+    * **Items are delivered twice only** for a unit whose owner died, was fenced or left.
     * **Resume.** The same job on the same prefix continues: done units are skipped; a
       learner restarting with its old ``learner_id`` takes back its own unfinished units
       first (its previous incarnation is fenced by the new lease), then free units, then
@@ -58,20 +57,17 @@ Guarantees
       or mailbox call, closes the unit's iterator, records pending completions, and has
       ended every background thread when ``__exit__`` returns.
 
-Without compare-and-swap (``Capability.COMPARE_AND_SWAP``) there are no takeovers: claims
-are permanent, a dead learner's units stay unfinished (``gradientmail status`` says so), and
-an early exit deletes the learner's unfinished claims.
+Without compare-and-swap there are no takeovers: claims are permanent, a dead learner's
+units stay unfinished (``gradientmail status`` says so), and an early exit deletes claims.
 
-Cost per unit: a ``put_if_absent`` and a read-back to claim, a ``put_if_match`` and a
-``put_if_absent`` to complete, and a few lost claims, each costing one page of claims where
-the store starts listings at a key and the order is the sorted one. Per learner: a lease
-write per ``lease / 3`` seconds, a listing of claims and completions at the start, one of
-completions at the end, and, while waiting, a page of leases and one of idle markers per
-poll (see :mod:`gradientmail.patterns.idle_watch`).
+Cost: per unit, a claim and its read-back, a swap and a record to complete, and a few lost
+claims (see :mod:`gradientmail.patterns.claim_view`); per learner, a lease write per
+``lease / 3`` seconds, listings at the start and at the end, and two pages per poll while
+waiting (see :mod:`gradientmail.patterns.idle_watch`).
 
-Progress: the queue reports each unit's claim, start, finish and release, and the time the
-consumer waited for data, to a :class:`~gradientmail.session.Session` (``session=``, or the
-innermost ``Session`` with the same ``learner_id`` entered in the current thread).
+Progress: the queue reports each unit's claim, start, finish and release, and the consumer's
+wait for data, to a :class:`~gradientmail.session.Session` (``session=``, or the innermost
+``Session`` with the same ``learner_id`` entered in this thread).
 """
 
 from __future__ import annotations
