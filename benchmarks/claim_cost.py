@@ -113,9 +113,9 @@ class CountingMailbox(LatencyMailbox):
                 with self._lock:
                     self.touched[self.METHODS.get(operation, operation)] += 1
 
-    def list(self, prefix: str = "") -> Iterator[str]:
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
         count = 0
-        for key in super().list(prefix):
+        for key in super().list(prefix, start_after=start_after):
             count += 1
             yield key
         with self._lock:

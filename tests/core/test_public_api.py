@@ -351,6 +351,12 @@ PUBLIC_API: dict[str, list[str]] = {
         "View",
         "Wake",
     ],
+    "gradientmail.patterns.claim_view": [
+        "PAGE",
+        "PROBES_BEFORE_LISTING",
+        "View",
+        "lists_from_a_key",
+    ],
     "gradientmail.patterns.claims": [
         "ClaimRecord",
         "claim",
@@ -376,6 +382,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "parse_claim",
         "read_claim",
     ],
+    "gradientmail.patterns.idle_watch": ["IdleWatch", "Poll", "WATCHERS"],
     "gradientmail.patterns.leases": [
         "Lease",
         "LeaseState",
