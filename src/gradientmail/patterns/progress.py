@@ -119,11 +119,8 @@ class RunLayout:
 
 def digest_of(identifiers: Iterable[str]) -> str:
     """The manifest digest: SHA-256 over the sorted identifiers, one per line."""
-    h = hashlib.sha256()
-    for ident in sorted(identifiers):
-        h.update(ident.encode("utf-8"))
-        h.update(b"\n")
-    return h.hexdigest()
+    joined = "".join(ident + "\n" for ident in sorted(identifiers))
+    return hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
 
 def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
