@@ -15,10 +15,13 @@ and keeps to its own stretch of it:
   instead of colliding at once.
 * Where the mailbox starts listings in the store (``Capability.LIST_START_AFTER``) and the
   preference order is the identifiers' sorted order (the order keys list in), a jump first
-  lists one page of claims from the start of that run: the page shows exactly which of the
-  next units are taken, so the jump lands on a unit that was free a moment ago, and a walk
-  that later reaches a unit on that page stops there without a lost claim. A lost claim
-  costs one page, never a full listing.
+  lists a page of claims from the start of the run it chose, and then chooses only in the
+  stretch that page covered: it lands on a unit that was free a moment ago, and a walk that
+  later reaches a unit on that page stops there without a lost claim. Runs shorter than
+  :data:`SHORT_RUN` are left to the learner walking into them, unless no page showed a
+  longer one (the end of the epoch; then the run's last unit). A page that shows its whole
+  stretch taken leads to a page elsewhere: near the end of an epoch the pages add up to
+  about one full listing per learner, and a lost claim never costs a full listing.
 * Otherwise (a shuffled or custom order, or a store without partial listings) the view
   knows only the learner's own claims and losses: a jump goes to the middle half of the
   largest run believed free, and a streak of :data:`PROBES_BEFORE_LISTING` lost claims
@@ -46,8 +49,9 @@ __all__ = ["PAGE", "PROBES_BEFORE_LISTING", "View", "lists_from_a_key"]
 PROBES_BEFORE_LISTING = 4
 #: Keys read by one partial listing: one page of S3, GCS and Azure.
 PAGE = 1000
-#: Partial listings one jump may take before it settles on a run it has not verified.
-LISTINGS_PER_JUMP = 3
+#: Runs shorter than this are left to the learner walking into them while longer ones
+#: are seen; longer ones are entered in their middle half.
+SHORT_RUN = 4
 
 
 def lists_from_a_key(mailbox: Mailbox) -> bool:
@@ -139,12 +143,15 @@ class View:
             p = taken.find(0, end)
         return found
 
-    def pick_run(self, within: tuple[int, int] | None = None) -> tuple[int, int] | None:
+    def pick_run(
+        self, within: tuple[int, int] | None = None, shortest: int = 1
+    ) -> tuple[int, int] | None:
         """A run believed free, drawn with probability in proportion to its length.
 
         Learners that jump at the same moment with the same knowledge then spread over the
         free runs instead of all choosing the largest one. With ``within=(first, last)``,
-        only the parts of runs between those positions count.
+        only the parts of runs between those positions count; runs shorter than
+        ``shortest`` do not.
         """
         runs = self.runs()
         if within is not None:
@@ -154,6 +161,8 @@ class View:
                 for start, length in runs
                 if start <= last and start + length - 1 >= first
             ]
+        if shortest > 1:
+            runs = [run for run in runs if run[1] >= shortest]
         if not runs:
             return None
         point = self.rng.randrange(sum(length for _, length in runs))
@@ -182,33 +191,56 @@ class View:
         if not self.paged:
             run = self.largest_run()
         else:
-            run = self.pick_run()
-            while run is not None and listings < LISTINGS_PER_JUMP:
-                # List the claims from the run's start, then choose only in the stretch the
-                # page covered: what it shows free was free a moment ago.
-                assert isinstance(mailbox, SupportsListStartAfter)
-                last, listed = self._list_page(mailbox, prefix, run[0])
-                listings += 1
-                keys += listed
-                verified = self.pick_run(within=(run[0], last))
-                if verified is not None:
-                    run = verified
-                    break
-                run = self.pick_run()  # all taken there: try another run
+            run, listings, keys = self._verified_run(mailbox, prefix)
         if run is None:
             return None, listings, keys
         start, length = run
-        # Never the run's first unit when it has others: a learner walking forward may be
-        # about to claim it.
-        if length == 1:
-            offset = 0
+        if length < SHORT_RUN:
+            # Only short runs are left (the end of the epoch): the last unit, which the
+            # learner walking into the run from its start reaches last.
+            offset = length - 1
         elif self.jumps == 0:
-            offset = 1 + int((length - 1) * self.rng.random())
+            offset = int(length * self.rng.random())
         else:
-            offset = 1 + int((length - 1) * self.rng.uniform(0.25, 0.75))
+            # The middle half: the learner walking into the run from its start and this one
+            # split it, and meet only when both have walked a quarter of it.
+            offset = int(length * self.rng.uniform(0.25, 0.75))
         self.jumps += 1
         self.next = start + offset
         return self.next, listings, keys
+
+    def _verified_run(
+        self, mailbox: Mailbox, prefix: str
+    ) -> tuple[tuple[int, int] | None, int, int]:
+        """A run that a page listed a moment ago showed free: a long one if any was seen.
+
+        Runs shorter than :data:`SHORT_RUN` are left to the learner walking into them from
+        their start, which is usually about to claim them; one is chosen only when the pages
+        showed nothing longer.
+        """
+        assert isinstance(mailbox, SupportsListStartAfter)
+        listings = keys = 0
+        short: tuple[int, int] | None = None
+        run = self.pick_run(shortest=SHORT_RUN) or self.pick_run()
+        # Each page marks what it shows taken, so a stale view converges: near the end of
+        # an epoch, where every run it still believes free is taken, the pages of all jumps
+        # add up to about one full listing. A page costs one request, as a lost claim
+        # does, and shows up to a thousand claims where a lost claim shows one.
+        cap = 3 + 2 * len(self.identifiers) // PAGE
+        while run is not None and listings < cap:
+            # List the claims from the run's start, then choose in the stretch the page
+            # covered: what it shows free was free a moment ago.
+            last, listed = self._list_page(mailbox, prefix, run[0])
+            listings += 1
+            keys += listed
+            found = self.pick_run(within=(run[0], last), shortest=SHORT_RUN)
+            if found is not None:
+                return found, listings, keys
+            short = short or self.pick_run(within=(run[0], last))
+            run = self.pick_run(shortest=SHORT_RUN)
+            if run is None:
+                run = None if short is not None else self.pick_run()
+        return short or run, listings, keys
 
     def _list_page(
         self, mailbox: SupportsListStartAfter, prefix: str, start: int
