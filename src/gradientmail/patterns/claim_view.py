@@ -130,17 +130,22 @@ class View:
         runs = self.runs()
         return max(runs, key=lambda run: run[1]) if runs else None
 
-    def runs(self) -> list[tuple[int, int]]:
-        """``(start, length)`` of every run of positions believed free."""
+    def runs(self, first: int = 0, last: int | None = None) -> list[tuple[int, int]]:
+        """``(start, length)`` of the runs believed free, cut to positions ``first..last``.
+
+        Costs time in proportion to the runs in that stretch (``bytearray.find`` skips the
+        taken positions in C), not to the number of units.
+        """
         taken = self.taken
+        end_all = len(taken) if last is None else min(last + 1, len(taken))
         found = []
-        p = taken.find(0)
+        p = taken.find(0, first, end_all)
         while p >= 0:
-            end = taken.find(1, p)
+            end = taken.find(1, p, end_all)
             if end < 0:
-                end = len(taken)
+                end = end_all
             found.append((p, end - p))
-            p = taken.find(0, end)
+            p = taken.find(0, end, end_all)
         return found
 
     def pick_run(
@@ -153,14 +158,7 @@ class View:
         only the parts of runs between those positions count; runs shorter than
         ``shortest`` do not.
         """
-        runs = self.runs()
-        if within is not None:
-            first, last = within
-            runs = [
-                (max(start, first), min(start + length - 1, last) - max(start, first) + 1)
-                for start, length in runs
-                if start <= last and start + length - 1 >= first
-            ]
+        runs = self.runs() if within is None else self.runs(*within)
         if shortest > 1:
             runs = [run for run in runs if run[1] >= shortest]
         if not runs:
