@@ -63,6 +63,14 @@ def test_a_watcher_marks_learners_that_hold_nothing_of_this_epoch() -> None:
     assert "epoch 1" in why["why"]
 
 
+def test_leases_below_the_learners_are_not_learners() -> None:
+    box = fresh_box()
+    me = watch(box, "me")
+    lease(box, "me", "running")
+    lease(box, "producers/p0", "running", epoch=None)  # a pipeline in the same mailbox
+    assert me.poll().nobody_busy
+
+
 def test_a_working_learner_stays_busy_and_one_that_left_is_a_suspect() -> None:
     box = fresh_box()
     me = watch(box, "me")

@@ -9,7 +9,8 @@ working:
   epoch). It deletes the marker before it takes a unit over, and a later incarnation
   deletes its predecessor's.
 * Each poll lists ``leases/`` and ``idle/``: one page each for up to 1,000 learners. The
-  learners with a lease but no marker are *busy*. Each busy learner is watched by
+  learners with a lease but no marker are *busy* (leases below ``leases/``, such as a
+  pipeline's ``leases/producers/``, are not learners). Each busy learner is watched by
   :data:`WATCHERS` of the marked learners, chosen by rendezvous hashing of the two ids, so
   that every learner knows whom it watches without asking anyone. A watcher reads a
   watched lease at most once per renewal period.
@@ -187,7 +188,9 @@ class IdleWatch:
         for n, key in enumerate(self.mailbox.list(prefix)):
             if n % 1000 == 0:
                 self.pages += 1
-            names.add(key[len(prefix) :])
+            name = key[len(prefix) :]
+            if "/" not in name:  # learner ids are one segment; pipelines lease below
+                names.add(name)
         if not names:
             self.pages += 1
         return names
