@@ -43,6 +43,10 @@ Figures per (learners, units), per unit unless said:
 ``lease``
     every request on ``leases/``: acquiring, renewals (every ``lease / 3``), the final
     state, and reading other learners' leases while waiting.
+``pages``
+    every listing page per unit, the allowance included; a second line splits it by prefix:
+    ``units`` (the start, and the pages a jump lists after a lost claim), ``done`` (the start,
+    and the listing that confirms the end), ``leases`` and ``idle`` (a waiting learner's polls).
 ``scans``
     reclaim scans: listings of claims and completions made while waiting, with no unit free,
     for others to finish (``QueueStats.wait_scans``), in total (not per unit).
@@ -428,6 +432,8 @@ def figures(
         "server": q["server_cpu"],
     }
     f["claim"] = f["create"] + f["reads"] + f["x-pages"]
+    for group in ("units", "done", "leases", "idle"):
+        f[f"pages:{group}"] = total("list_page", group) / units
     return f
 
 
@@ -508,6 +514,10 @@ def main() -> None:
             q = run("queue", learners, units, procs, args.seconds, latency, args.lease)
             results[learners, units] = f = figures(learners, units, q, ideal)
             print(line(learners, units, f), flush=True)
+            by = ", ".join(
+                f"{g} {f['pages:' + g]:.3f}" for g in ("units", "done", "leases", "idle")
+            )
+            print(f"{'':>16} listing pages per unit by prefix: {by}", flush=True)
     print(
         "claim = create + reads + x-pages (goal <= 2.1); x-pages: listing pages beyond "
         "2 * ceil(units/1000) per learner; complete and lease reported apart; cpu in us per unit"
