@@ -68,7 +68,8 @@ def test_waiting_learners_read_no_claim_and_list_the_completions_once() -> None:
 
     Every read of a claim is the read-back of a won claim, and each learner lists the
     completions at most twice: when it starts (a learner that starts late lists many), and
-    once to confirm the end (no learner dies here, so no claim scan is needed).
+    once to confirm the end (no learner dies here, so no claim scan is needed); in fact only
+    a leader confirms, and its record ends the epoch for the others.
     """
     delivered, boxes = run_64_learners()
     assert delivered == Counter(dict.fromkeys(range(UNITS), 2))
@@ -79,6 +80,10 @@ def test_waiting_learners_read_no_claim_and_list_the_completions_once() -> None:
     for box in boxes:
         assert box.counts().total("list_page", "done") <= two_listings
     assert counts.total("create", "idle") == LEARNERS
+    # One leader lists done/ to confirm the end and records it; the others read the record.
+    assert counts.total("create", "complete") == 1
+    confirms = 3 * math.ceil(UNITS / PAGE)  # the leader's, and room for two stand-ins
+    assert counts.total("list_page", "done") <= 2 * LEARNERS + confirms
 
 
 @pytest.mark.xfail(

@@ -159,3 +159,20 @@ def test_a_marker_planted_for_a_working_learner_does_not_end_the_epoch(
     second.join(timeout=60)
     assert not second.is_alive()
     assert ended == {"items": [], "complete": True, "done": 1}
+
+
+def test_one_idle_learner_leads_and_its_record_ends_the_epoch_for_the_others() -> None:
+    box = fresh_box()
+    names = [f"learner-{n}" for n in range(12)]
+    watches = {name: watch(box, name, epoch=3) for name in names}
+    for name in names:
+        lease(box, name, "running", epoch=3)
+        watches[name].mark()
+    for name in names:
+        assert watches[name].poll().nobody_busy
+    leaders = [name for name in names if watches[name].leads()]
+    assert len(leaders) == 1
+    assert not any(w.ended() for w in watches.values())
+    watches[leaders[0]].record_end(units=100)
+    assert all(w.ended() for w in watches.values())
+    assert list(box.list("epochs/3/complete")) == ["epochs/3/complete"]

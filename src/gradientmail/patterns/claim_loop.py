@@ -165,6 +165,7 @@ class ClaimLoop:
             claims.mailbox, claims.layout, self.learner, claims.incarnation, self.watcher, period
         )
         self.confirmed_at = -period  # monotonic time of the last listing of done/ that failed
+        self.quiet_since: float | None = None  # since when nobody seemed busy
         self.period = period
         self.losses = 0  # claims lost in a row since the last listing
         self.takeovers: list[str] = []  # found takeable by the last scan, not yet taken
@@ -301,12 +302,21 @@ class ClaimLoop:
             self.idle.settle(poll.suspects)
             return found
         if not poll.nobody_busy:
+            self.quiet_since = None
             return _WAIT
-        if not poll.changed and time.monotonic() - self.confirmed_at < self.period:
+        now = time.monotonic()
+        if self.quiet_since is None:
+            self.quiet_since = now
+        if self.idle.ended():
+            return None  # a learner listed done/ and found every unit done
+        if not self.idle.leads() and now - self.quiet_since < self.period:
+            return _WAIT  # the leader lists done/; its record ends this learner too
+        if not poll.changed and now - self.confirmed_at < self.period:
             return _WAIT  # the last confirmation failed and nothing changed since
         if self.all_done():
+            self.idle.record_end(len(self.view.identifiers))
             return None
-        self.confirmed_at = time.monotonic()
+        self.confirmed_at = now
         return self.reclaim()  # nobody works, yet units are open: look at the claims
 
     def all_done(self) -> bool:

@@ -19,13 +19,17 @@ working:
   failed or was declared lost, or whose lease was not renewed for a whole lease duration,
   is a *suspect*: the watcher scans the claims once (a full listing, and one read per open
   claim), takes its units over, and then marks it idle.
-* When no learner is busy, one listing of ``done/`` tells whether every unit is done. When
-  it is not (a learner was marked while it still worked, or died unseen), the learner scans
-  the claims as above, and lists ``done/`` again only after the markers change or a renewal
+* When no learner is busy, one listing of ``done/`` tells whether every unit is done. One
+  learner lists it: the *leader*, the marked learner ranked first by rendezvous hashing of
+  the epoch and the ids. When every unit is done it creates ``complete``, which ends the
+  epoch for the others (one read each per poll); a leader that is slow or gone is replaced
+  by everyone listing ``done/`` themselves after a renewal period. When not every unit is
+  done (a learner was marked while it still worked, or died unseen), the learner scans the
+  claims as above, and lists ``done/`` again only after the markers change or a renewal
   period passes.
 
 A learner marked idle while it still works can delay the end, never bring it forward: only
-the listing of ``done/`` ends the epoch.
+a listing of ``done/`` that shows every unit ends the epoch.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
+from gradientmail.errors import KeyNotFoundError
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns.claims import encode_record
 from gradientmail.patterns.leases import LeaseState, LeaseWatcher
@@ -157,6 +162,27 @@ class IdleWatch:
             )
             if gone:
                 self._mark_for(holder, state.state)
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def leads(self) -> bool:
+        """Whether this learner is the one that lists ``done/`` when nobody is busy."""
+        key = f"end of epoch {self.layout.epoch}"
+        mine = _rank(key, self.learner)
+        return all(_rank(key, other) < mine for other in self._idle if other != self.learner)
+
+    def ended(self) -> bool:
+        """Whether a learner found every unit of the epoch done (one read)."""
+        try:
+            self.mailbox.get(self.layout.complete)
+        except KeyNotFoundError:
+            return False
+        return True
+
+    def record_end(self, units: int) -> None:
+        """After a listing of ``done/`` showed every unit: end the epoch for the others."""
+        record = {"by": self.learner, "units": units, "at": time.time()}
+        self.mailbox.put_if_absent(self.layout.complete, encode_record(record))
 
     def _works_here(self, state: LeaseState) -> bool:
         return (

@@ -25,11 +25,14 @@ Run layout: every key a ``shared_queue`` run writes is named here, and nowhere e
     it takes one over. A learner that finished, left, died or works on another epoch is
     marked by whoever finds that out. When every leased learner is marked, one listing of
     ``done/`` tells whether the epoch is over (:mod:`gradientmail.patterns.idle_watch`).
+``complete``
+    ``{"by", "units", "at"}``, created by the learner whose listing of ``done/`` showed every
+    unit of the epoch done; it ends the epoch for the learners still waiting.
 ``leases/{learner_id}``
     The learner's lease (:mod:`gradientmail.patterns.leases`).
 ``learners/{learner_id}``
     A :class:`~gradientmail.session.Session`'s progress record.
-``epochs/{k}/units/``, ``epochs/{k}/done/``, ``epochs/{k}/reclaimed/``, ``epochs/{k}/idle/``
+``epochs/{k}/units/``, ``.../done/``, ``.../reclaimed/``, ``.../idle/``, ``.../complete``
     The same for epoch ``k`` >= 1; epoch 0 uses the keys above. Manifest, leases and
     progress records are shared by all epochs.
 
@@ -110,6 +113,11 @@ class RunLayout:
     def reclaimed(self) -> str:
         """The takeover markers' prefix."""
         return self.base + "reclaimed/"
+
+    @property
+    def complete(self) -> str:
+        """Created once a listing of ``done/`` showed every unit of the epoch done."""
+        return self.base + "complete"
 
     @property
     def idle(self) -> str:
