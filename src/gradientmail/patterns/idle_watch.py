@@ -8,7 +8,8 @@ working:
 * A learner that holds no unit and finds none free creates ``idle/{learner_id}`` (one per
   epoch). It deletes the marker before it takes a unit over, and a later incarnation
   deletes its predecessor's.
-* Each poll lists ``leases/`` and ``idle/``: one page each for up to 1,000 learners. The
+* Each poll lists ``idle/``, and ``leases/`` once per renewal period or when the markers
+  name a learner it has not seen: one page each for up to 1,000 learners. The
   learners with a lease but no marker are *busy* (leases below ``leases/``, such as a
   pipeline's ``leases/producers/``, are not learners). Each busy learner is watched by
   :data:`WATCHERS` of the marked learners, chosen by rendezvous hashing of the two ids, so
@@ -98,6 +99,8 @@ class IdleWatch:
         self.marked = False
         self._observed: dict[str, tuple[float, LeaseState]] = {}
         self._idle: frozenset[str] = frozenset()
+        self._leased: set[str] = set()
+        self._leased_at: float | None = None
         #: listing pages and lease reads made by polls.
         self.pages = 0
         self.lease_reads = 0
@@ -128,10 +131,14 @@ class IdleWatch:
 
     # -- polling ------------------------------------------------------------------------------
 
-    def poll(self) -> Poll:
-        """List the leases and the markers; read the leases this learner watches."""
-        leased = self._names(LEASES_PREFIX)
+    def poll(self, *, relist: bool = False) -> Poll:
+        """List the markers (and the leases, see :meth:`_learners`); read watched leases."""
         idle = frozenset(self._names(self.prefix))
+        fresh = relist or self._leases_stale(idle)
+        if fresh:
+            self._leased = self._names(LEASES_PREFIX)
+            self._leased_at = time.monotonic()
+        leased = self._leased
         changed = idle != self._idle
         self._idle = idle
         busy = sorted(leased - idle - {self.learner})
@@ -151,7 +158,18 @@ class IdleWatch:
             else:
                 suspects.append(holder)
                 still_busy += 1
+        if still_busy == 0 and not fresh:
+            again = self.poll(relist=True)  # nobody busy: make sure of the learners first
+            again.changed = again.changed or changed
+            return again
         return Poll(nobody_busy=still_busy == 0, suspects=suspects, changed=changed)
+
+    def _leases_stale(self, idle: frozenset[str]) -> bool:
+        """Whether to list the leases again: learners rarely come and go, so only once per
+        renewal period, or when a marker names a learner not seen yet."""
+        if self._leased_at is None or time.monotonic() - self._leased_at >= self.period:
+            return True
+        return not idle <= self._leased | {self.learner}
 
     def settle(self, suspects: list[str]) -> None:
         """After a scan took the suspects' units over: mark those that are really gone."""
