@@ -145,3 +145,25 @@ def test_a_wrapper_whose_list_takes_no_start_after_is_treated_as_without_pages()
 @pytest.mark.parametrize("order", [["u00002", "u00001", "u00000"], ids(3)])
 def test_only_the_sorted_order_counts_as_sorted(order: list[str]) -> None:
     assert View(order, "l0").sorted == (order == sorted(order))
+
+
+def test_scattered_free_units_are_taken_one_after_another_from_one_page() -> None:
+    identifiers = ids(3000)
+    free = [p for p in range(len(identifiers)) if p % 10 == 9]  # a resumed run, 90 % done
+    box = box_with_claims([u for p, u in enumerate(identifiers) if p % 10 != 9])
+    view = paged(identifiers)
+    view.jumps = 1
+    position, listings, _ = view.jump(box, PREFIX)
+    assert listings <= 3  # it looks for a long run first: three pages hold every claim
+    assert position in free
+    taken = [position]
+    while True:  # claim, then walk on without another page
+        assert position is not None
+        view.taken[position] = 1
+        view.next = position + 1
+        position = view.candidate()
+        if position is None:
+            break
+        taken.append(position)
+    assert taken == [p for p in free if taken[0] <= p <= view.sparse_until]
+    assert view.sparse_until >= 999  # the first page: 1000 claims and the free units among them

@@ -19,9 +19,11 @@ and keeps to its own stretch of it:
   stretch that page covered: it lands on a unit that was free a moment ago, and a walk that
   later reaches a unit on that page stops there without a lost claim. Runs shorter than
   :data:`SHORT_RUN` are left to the learner walking into them, unless no page showed a
-  longer one (the end of the epoch; then the run's last unit). A page that shows its whole
-  stretch taken leads to a page elsewhere: near the end of an epoch the pages add up to
-  about one full listing per learner, and a lost claim never costs a full listing.
+  longer one (the end of the epoch, or a resumed run with scattered free units; then the
+  run's last unit, and the walk goes on to the next free unit of that page). A page that
+  shows its whole stretch taken leads to a page elsewhere: near the end of an epoch the
+  pages add up to about one full listing per learner, and a lost claim never costs a full
+  listing.
 * Otherwise (a shuffled or custom order, or a store without partial listings) the view
   knows only the learner's own claims and losses: a jump goes to the middle half of the
   largest run believed free, and a streak of :data:`PROBES_BEFORE_LISTING` lost claims
@@ -86,6 +88,9 @@ class View:
         self.shared_order = shared_order
         #: Jumps list a page first (set by the claim loop; see :func:`lists_from_a_key`).
         self.paged = False
+        #: The last position of a page that showed only short runs: up to there, a walk
+        #: goes on past known walls to the next unit the page showed free.
+        self.sparse_until = -1
         self.identifiers = identifiers
         self.position = {ident: p for p, ident in enumerate(identifiers)}
         self.taken = bytearray(len(identifiers))  # 1 = known claimed by someone
@@ -121,7 +126,15 @@ class View:
         """
         p = self.next
         if self.paged:
-            return p if p < len(self.taken) and not self.taken[p] else None
+            if p < len(self.taken) and not self.taken[p]:
+                return p
+            if p <= self.sparse_until:
+                # The last page showed only scattered free units: take them in order
+                # (another page for each would cost a request per unit).
+                q = self.taken.find(0, p, self.sparse_until + 1)
+                if q >= 0:
+                    return q
+            return None
         p = self.taken.find(0, p)
         return p if p >= 0 else None
 
@@ -233,8 +246,11 @@ class View:
             keys += listed
             found = self.pick_run(within=(run[0], last), shortest=SHORT_RUN)
             if found is not None:
+                self.sparse_until = -1
                 return found, listings, keys
-            short = short or self.pick_run(within=(run[0], last))
+            if short is None:
+                short = self.pick_run(within=(run[0], last))
+                self.sparse_until = last
             run = self.pick_run(shortest=SHORT_RUN)
             if run is None:
                 run = None if short is not None else self.pick_run()
