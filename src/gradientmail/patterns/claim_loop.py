@@ -154,9 +154,10 @@ class ClaimLoop:
         self.learner = claims.learner_id
         view.paged = view.sorted and lists_from_a_key(claims.mailbox)
         self.watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=lease.duration)
-        # While waiting for others to finish, look again after 100 ms, doubling up to one
-        # renewal period, and quickly again whenever a unit was completed meanwhile: a
-        # learner near the end notices it soon, one waiting long costs few listings.
+        # While waiting for others to finish, poll again after 100 ms, doubling up to one
+        # renewal period, and quickly again whenever the idle markers changed (another
+        # learner ran out of work): a learner near the end notices it soon, one waiting long
+        # costs one small page per period.
         period = lease.duration / RENEWALS_PER_LEASE
         self.backoff = Backoff(period, floor=min(0.1, period))
         self.done_seen = -1
