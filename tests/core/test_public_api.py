@@ -169,6 +169,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "key_text",
         "require_hypothesis",
         "shown",
+        "suite_settings",
     ],
     "gradientmail.conformance.fakes": [
         "CheckThenWriteMailbox",
@@ -237,6 +238,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "require_hypothesis",
         "select_properties",
         "shown",
+        "suite_settings",
         "versions_name_bytes",
     ],
     "gradientmail.conformance.properties.concurrency": [

@@ -38,6 +38,7 @@ __all__ = [
     "key_text",
     "require_hypothesis",
     "shown",
+    "suite_settings",
 ]
 
 
@@ -198,6 +199,20 @@ def require_hypothesis() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("hypothesis", "conformance") from exc
     return hypothesis
+
+
+def suite_settings(hypothesis: Any, examples: int, **more: Any) -> Any:
+    """The suite's hypothesis settings: ``examples`` examples, no database, no deadline,
+    no health check, one bug reported, no replay blob (the suite prints its own seed)."""
+    return hypothesis.settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+        print_blob=False,
+        report_multiple_bugs=False,
+        **more,
+    )
 
 
 def failure_text(exc: BaseException) -> str:

@@ -24,6 +24,7 @@ from gradientmail.conformance.context import (
     PropertyFailed,
     failure_text,
     require_hypothesis,
+    suite_settings,
 )
 from gradientmail.errors import KeyNotFoundError
 from gradientmail.mailbox import Capability, Version
@@ -167,15 +168,7 @@ def run_model(ctx: Context) -> str:
 
     examples = 10 if ctx.options.quick else 40
     step_count = 15 if ctx.options.quick else 30
-    settings = hypothesis.settings(
-        max_examples=examples,
-        stateful_step_count=step_count,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(hypothesis.HealthCheck),
-        print_blob=False,
-        report_multiple_bugs=False,
-    )
+    settings = suite_settings(hypothesis, examples, stateful_step_count=step_count)
     test = hypothesis.seed(ctx.seed)(get_state_machine_test(MailboxModel, settings=settings))
     try:
         test()

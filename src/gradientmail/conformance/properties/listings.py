@@ -22,6 +22,7 @@ from gradientmail.conformance.context import (
     failure_text,
     key_text,
     require_hypothesis,
+    suite_settings,
 )
 from gradientmail.mailbox import Mailbox
 
@@ -212,14 +213,7 @@ def _check_drawn(ctx: Context) -> int:
                 raise PropertyFailed(wrong)
 
     examples_wanted = 10 if ctx.options.quick else 30
-    settings = hypothesis.settings(
-        max_examples=examples_wanted,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(hypothesis.HealthCheck),
-        print_blob=False,
-        report_multiple_bugs=False,
-    )
+    settings = suite_settings(hypothesis, examples_wanted)
     test = hypothesis.seed(ctx.seed)(settings(agree))
     try:
         test()
