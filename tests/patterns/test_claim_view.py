@@ -48,21 +48,25 @@ def test_runs_are_cut_to_the_stretch_asked_for() -> None:
     assert view.pick_run(within=(0, 4), shortest=4) is None
 
 
-def test_a_learner_alone_or_with_its_own_order_starts_at_its_first_preference() -> None:
-    alone = View(ids(100), "l0")
+def test_a_learner_alone_or_with_its_own_order_or_blind_starts_at_its_first_preference() -> None:
+    alone = paged(ids(100))
     alone.start_at(alone=True)
     assert alone.next == 0
     own_order = View(ids(100), "l0", shared_order=False)
+    own_order.paged = True
     own_order.start_at(alone=False)
     assert own_order.next == 0
+    blind = View(ids(100), "l0")  # no partial listings: start together, spread on losing
+    blind.start_at(alone=False)
+    assert blind.next == 0
 
 
 def test_learners_sharing_an_order_start_apart_at_points_drawn_from_their_ids() -> None:
     starts = []
     for n in range(16):
-        view = View(ids(10_000), f"learner-{n}")
+        view = paged(ids(10_000), f"learner-{n}")
         view.start_at(alone=False)
-        again = View(ids(10_000), f"learner-{n}")
+        again = paged(ids(10_000), f"learner-{n}")
         again.start_at(alone=False)
         assert view.next == again.next  # the same id starts at the same point everywhere
         starts.append(view.next)

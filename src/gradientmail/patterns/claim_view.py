@@ -5,9 +5,10 @@ and keeps to its own stretch of it:
 
 * A learner with an ``order=`` of its own, or that finds no other learner's lease when it
   starts, takes the units from its first preference on, in exactly that order, as long as
-  it never loses a claim. Learners that share one order (the mapping's, or a ``shuffle``)
-  and start among others start at a point of it drawn from their ids, so learners that
-  start together start apart, and each follows the order from there.
+  it never loses a claim. Where jumps list pages (below), learners that share one order
+  (the mapping's, or a ``shuffle``) and start among others start at a point of it drawn
+  from their ids, so learners that start together start apart, and each follows the order
+  from there.
 * After a lost claim, or on reaching a unit it knows is taken (a *wall*), a learner *jumps*
   into a run of units it believes free, drawn in proportion to the runs' lengths, at a
   point drawn from its own seed (the learner id) in the middle half of the run: learners
@@ -185,8 +186,13 @@ class View:
 
     def start_at(self, alone: bool) -> None:
         """Choose the first position: the first unit for a learner alone, else a point
-        drawn from the learner id, so learners that start together start apart."""
-        if not alone and self.shared_order and self.identifiers:
+        drawn from the learner id, so learners that start together start apart.
+
+        Only where jumps list pages: a blind learner that starts apart runs into the others'
+        stretches unseen, each a lost claim, and 8 learners over 2000 units lost about a
+        quarter more claims than when all start at the first unit and spread on losing.
+        """
+        if not alone and self.shared_order and self.paged and self.identifiers:
             self.next = int(len(self.identifiers) * self.rng.random())
             self.jumps = 1  # the start was the spreading jump
 
@@ -206,7 +212,11 @@ class View:
         if run is None:
             return None, listings, keys
         start, length = run
-        if length < SHORT_RUN:
+        if not self.paged:
+            # Blind: the middle half of the largest run (a stale view believes most units
+            # free, so a point far from both ends is the likeliest to be free).
+            offset = int(length * self.rng.uniform(0.25, 0.75)) if length > 2 else 0
+        elif length < SHORT_RUN:
             # Only short runs are left (the end of the epoch): the last unit, which the
             # learner walking into the run from its start reaches last.
             offset = length - 1
