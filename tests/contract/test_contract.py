@@ -1,4 +1,4 @@
-"""SPEC §1 on every backend, through the one ``box`` fixture (memory, file, S3, GCS, Azure)."""
+"""The Mailbox contract on every backend (memory, file, S3, GCS, Azure), via one ``box``."""
 
 from __future__ import annotations
 

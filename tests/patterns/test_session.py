@@ -1,4 +1,4 @@
-"""``Session`` (SPEC §6): registration, cheap steps, periodic progress, finished/failed."""
+"""``Session``: registration, cheap steps, periodic progress, finished/failed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``shared_queue`` (SPEC §5): exactly once, balance, prefetch bound, error order, prompt exit.
+"""``shared_queue``: exactly once, balance, prefetch bound, error order, prompt exit.
 
 Tests that race learners against each other run on every backend whose conditional create
 is atomic under concurrency (``RACE_RIGS``: moto's is not, so S3 races run on SeaweedFS, as

@@ -1,4 +1,4 @@
-"""``gradientmail status`` (SPEC §6): the right units and samples, during and after a run."""
+"""``gradientmail status``: the right units and samples, during and after a run."""
 
 from __future__ import annotations
 
