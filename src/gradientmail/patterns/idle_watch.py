@@ -101,9 +101,6 @@ class IdleWatch:
         self._idle: frozenset[str] = frozenset()
         self._leased: set[str] = set()
         self._leased_at: float | None = None
-        #: listing pages and lease reads made by polls.
-        self.pages = 0
-        self.lease_reads = 0
 
     # -- this learner's marker ----------------------------------------------------------------
 
@@ -222,19 +219,11 @@ class IdleWatch:
         seen = self._observed.get(holder)
         if seen is not None and not fresh and now - seen[0] < self.period:
             return seen[1]
-        self.lease_reads += 1
         state = self.watcher.observe(holder)
         self._observed[holder] = (now, state)
         return state
 
     def _names(self, prefix: str) -> set[str]:
-        names = set()
-        for n, key in enumerate(self.mailbox.list(prefix)):
-            if n % 1000 == 0:
-                self.pages += 1
-            name = key[len(prefix) :]
-            if "/" not in name:  # learner ids are one segment; pipelines lease below
-                names.add(name)
-        if not names:
-            self.pages += 1
-        return names
+        # Learner ids are one segment; leases below one (a pipeline's) are not learners.
+        cut = len(prefix)
+        return {key[cut:] for key in self.mailbox.list(prefix) if "/" not in key[cut:]}
