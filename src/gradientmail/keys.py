@@ -15,10 +15,17 @@ gradientmail, so a name valid for a learner is valid for a producer too.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from gradientmail.errors import InvalidKeyError
 
-__all__ = ["MAX_KEY_BYTES", "validate_key", "validate_prefix", "validate_segment"]
+__all__ = [
+    "MAX_KEY_BYTES",
+    "validate_key",
+    "validate_prefix",
+    "validate_segment",
+    "validate_segments",
+]
 
 MAX_KEY_BYTES = 1024
 
@@ -28,6 +35,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # A segment of only these ASCII characters, and short, passes every rule below (the common
 # case: a learner checks each of 100,000 unit identifiers at start).
 _PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9_.,:;=@+~-]{1,255}")
+# Many such segments, one per line: the fast path of :func:`validate_segments`.
+_PLAIN_LINES = re.compile(r"[A-Za-z0-9_.,:;=@+~-]{1,255}(?:\n[A-Za-z0-9_.,:;=@+~-]{1,255})*")
 
 
 def _check_text(value: object, what: str, max_bytes: int = MAX_KEY_BYTES) -> str:
@@ -127,3 +136,26 @@ def validate_segment(value: object, what: str) -> str:
     except InvalidKeyError as exc:
         raise InvalidKeyError(value, f"a {what} must be a valid key segment: {exc.rule}") from None
     return value
+
+
+def validate_segments(values: Iterable[object], what: str) -> list[str]:
+    """Check many identifiers with :func:`validate_segment`; return them as a list, in order.
+
+    Same rule and same errors (the first invalid one is named). Plain ASCII identifiers are
+    checked together at C speed: a learner checks every unit identifier of its epoch at
+    start, 100,000 of them in a few milliseconds.
+    """
+    checked = list(values)
+    try:
+        joined = "\n".join(checked)  # type: ignore[arg-type]  # a non-str raises TypeError
+    except TypeError:
+        joined = None
+    if (
+        joined is not None
+        and _PLAIN_LINES.fullmatch(joined)
+        and joined.count("\n") == len(checked) - 1
+    ):
+        lines = f"\n{joined}\n"
+        if "\n.\n" not in lines and "\n..\n" not in lines:
+            return checked  # type: ignore[return-value]  # every item is a plain str
+    return [validate_segment(value, what) for value in checked]

@@ -334,7 +334,13 @@ PUBLIC_API: dict[str, list[str]] = {
         "WorkerError",
     ],
     "gradientmail.identity": ["Identity", "identify", "learner_id"],
-    "gradientmail.keys": ["MAX_KEY_BYTES", "validate_key", "validate_prefix", "validate_segment"],
+    "gradientmail.keys": [
+        "MAX_KEY_BYTES",
+        "validate_key",
+        "validate_prefix",
+        "validate_segment",
+        "validate_segments",
+    ],
     "gradientmail.mailbox": [
         "BytesLike",
         "Capability",

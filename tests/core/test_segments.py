@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradientmail.errors import InvalidKeyError
-from gradientmail.keys import validate_key, validate_segment
+from gradientmail.keys import validate_key, validate_segment, validate_segments
 
 PLAIN = st.text(alphabet="abcXYZ019_.,:;=@+~-/\\ \t\x00é", min_size=0, max_size=12)
+# Near-plain identifiers for the batch check: its fast path joins them with newlines.
+LINES = st.text(alphabet="ab.\n/", min_size=0, max_size=4)
 
 
 def full_rule(value: str) -> bool:
@@ -58,3 +60,17 @@ def test_edges_of_the_fast_path(value: str, valid: bool) -> None:
     else:
         with pytest.raises(InvalidKeyError, match="unit identifier"):
             validate_segment(value, "unit identifier")
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.one_of(LINES, PLAIN, st.integers(), st.just("x" * 256)), max_size=6))
+def test_validate_segments_accepts_a_list_exactly_when_each_item_is_valid(
+    values: list[object],
+) -> None:
+    first_bad = next((v for v in values if not (isinstance(v, str) and full_rule(v))), None)
+    if first_bad is not None:
+        with pytest.raises(InvalidKeyError) as raised:
+            validate_segments(iter(values), "unit identifier")
+        assert raised.value.key == first_bad  # the first invalid identifier is named
+    else:
+        assert validate_segments(iter(values), "unit identifier") == values

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gradientmail.errors import ConfigurationError
-from gradientmail.keys import validate_segment
+from gradientmail.keys import validate_segments
 
 __all__ = ["preference_order"]
 
@@ -30,7 +30,7 @@ def preference_order(
         ConfigurationError: both ``order`` and ``shuffle``; ``order`` is a string, names an
             identifier that is not in ``units``, or names one twice.
     """
-    identifiers = [validate_segment(ident, "unit identifier") for ident in units]
+    identifiers = validate_segments(units, "unit identifier")
     if shuffle is not None:
         if order is not None:
             raise ConfigurationError(
