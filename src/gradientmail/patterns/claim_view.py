@@ -93,14 +93,14 @@ class View:
         #: goes on past known walls to the next unit the page showed free.
         self.sparse_until = -1
         self.identifiers = identifiers
-        self.position = {ident: p for p, ident in enumerate(identifiers)}
+        self.position = dict(zip(identifiers, range(len(identifiers)), strict=True))
         self.taken = bytearray(len(identifiers))  # 1 = known claimed by someone
         self.next = 0
         self.jumps = 0
         seed = hashlib.sha256(learner_id.encode("utf-8")).digest()
         self.rng = random.Random(seed)
         #: The order is the sorted order, so a listing page covers a contiguous stretch.
-        self.sorted = all(a < b for a, b in itertools.pairwise(identifiers))
+        self.sorted = len(self.position) == len(identifiers) and identifiers == sorted(identifiers)
 
     def mark(self, identifiers: Iterable[str]) -> None:
         """Mark ``identifiers`` as taken."""
@@ -275,15 +275,17 @@ class View:
             ``(last, listed)``: the last position the page covers and the keys it held.
         """
         after = prefix + self.identifiers[start - 1] if start > 0 else None
-        listed = 0
-        last = len(self.identifiers) - 1
-        position = self.position
-        for key in mailbox.list(prefix, start_after=after):
-            p = position.get(key[len(prefix) :])
-            if p is not None:
-                self.taken[p] = 1
-            listed += 1
-            if listed >= PAGE:
-                last = p if p is not None else start
-                break
-        return last, listed
+        page = list(itertools.islice(mailbox.list(prefix, start_after=after), PAGE))
+        cut = len(prefix)
+        taken = self.taken
+        positions = [
+            p for p in map(self.position.get, [key[cut:] for key in page]) if p is not None
+        ]
+        for p in positions:
+            taken[p] = 1
+        if len(page) < PAGE:
+            return len(self.identifiers) - 1, len(page)  # the listing reached the end
+        # A full page: it covers up to its last key (a key outside the order covers
+        # nothing past the start).
+        last = self.position.get(page[-1][cut:])
+        return (last if last is not None else start), len(page)

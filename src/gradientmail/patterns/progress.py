@@ -127,7 +127,8 @@ class RunLayout:
 
 def digest_of(identifiers: Iterable[str]) -> str:
     """The manifest digest: SHA-256 over the sorted identifiers, one per line."""
-    joined = "".join(ident + "\n" for ident in sorted(identifiers))
+    ordered = sorted(identifiers)
+    joined = "\n".join(ordered) + "\n" if ordered else ""
     return hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
 
@@ -142,14 +143,19 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
         ConfigurationError: the run at this mailbox has other units; the message names the
             counts and the first identifier (in sorted order) that differs.
     """
-    digest = digest_of(identifiers)
     ordered = sorted(identifiers)
-    # The list first: whoever reads the manifest can then always read the list.
-    mailbox.put_if_absent(MANIFEST_UNITS_KEY, json.dumps(ordered).encode("utf-8"))
-    body = {"units": len(identifiers), "digest": digest, "created_at": time.time()}
-    if mailbox.put_if_absent(MANIFEST_KEY, encode_record(body)):
-        return True
-    stored = read_record(mailbox, MANIFEST_KEY) or {}
+    digest = digest_of(ordered)
+    # One read first: a learner joining a run does not upload the identifier list (a
+    # megabyte for 100,000 units) only to have the store refuse it.
+    stored = read_record(mailbox, MANIFEST_KEY)
+    if stored is None:
+        # The list first: whoever reads the manifest can then always read the list.
+        mailbox.put_if_absent(MANIFEST_UNITS_KEY, json.dumps(ordered).encode("utf-8"))
+        body = {"units": len(identifiers), "digest": digest, "created_at": time.time()}
+        if mailbox.put_if_absent(MANIFEST_KEY, encode_record(body)):
+            return True
+        stored = read_record(mailbox, MANIFEST_KEY)
+    stored = stored or {}
     if stored.get("digest") == digest:
         return False
     if "digest" not in stored:
