@@ -12,9 +12,10 @@ working:
   name a learner it has not seen: one page each for up to 1,000 learners. The
   learners with a lease but no marker are *busy* (leases below ``leases/``, such as a
   pipeline's ``leases/producers/``, are not learners). Each busy learner is watched by
-  :data:`WATCHERS` of the marked learners, chosen by rendezvous hashing of the two ids, so
-  that every learner knows whom it watches without asking anyone. A watcher reads a
-  watched lease at most once per renewal period.
+  :data:`WATCHERS` of the marked learners: the ones that follow it on a hash ring of the
+  ids (consistent hashing), so that every learner knows whom it watches without asking
+  anyone, at a cost per poll in proportion to the busy learners, not to busy times idle.
+  A watcher reads a watched lease at most once per renewal period.
 * A watched learner whose lease says it finished, or that it runs another epoch, holds no
   unit of this epoch: its watcher marks it idle. One whose lease says it released its units,
   failed or was declared lost, or whose lease was not renewed for a whole lease duration,
@@ -35,8 +36,10 @@ a listing of ``done/`` that shows every unit ends the epoch.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gradientmail.errors import KeyNotFoundError
@@ -65,6 +68,11 @@ class Poll:
 
 def _rank(holder: str, watcher: str) -> bytes:
     return hashlib.blake2b(f"{holder}\n{watcher}".encode(), digest_size=8).digest()
+
+
+def _point(name: str) -> int:
+    """Where ``name`` sits on the watchers' hash ring."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
 
 
 class IdleWatch:
@@ -101,6 +109,10 @@ class IdleWatch:
         self._idle: frozenset[str] = frozenset()
         self._leased: set[str] = set()
         self._leased_at: float | None = None
+        self._points: dict[str, int] = {}  # ring positions, computed once per name
+        self._ring_of: tuple[str, ...] = ()
+        self._ring: list[tuple[int, str]] = []
+        self._lead_ranks: dict[str, bytes] = {}
 
     # -- this learner's marker ----------------------------------------------------------------
 
@@ -182,9 +194,14 @@ class IdleWatch:
 
     def leads(self) -> bool:
         """Whether this learner is the one that lists ``done/`` when nobody is busy."""
-        key = f"end of epoch {self.layout.epoch}"
-        mine = _rank(key, self.learner)
-        return all(_rank(key, other) < mine for other in self._idle if other != self.learner)
+        mine = self._lead_rank(self.learner)
+        return all(self._lead_rank(other) < mine for other in self._idle if other != self.learner)
+
+    def _lead_rank(self, name: str) -> bytes:
+        rank = self._lead_ranks.get(name)
+        if rank is None:
+            rank = self._lead_ranks[name] = _rank(f"end of epoch {self.layout.epoch}", name)
+        return rank
 
     def ended(self) -> bool:
         """Whether a learner found every unit of the epoch done (one read)."""
@@ -210,9 +227,23 @@ class IdleWatch:
         """Whether this learner is one of the :data:`WATCHERS` chosen for ``holder``."""
         if len(watchers) <= WATCHERS:
             return True
-        mine = _rank(holder, self.learner)
-        higher = sum(1 for w in watchers if w != self.learner and _rank(holder, w) > mine)
-        return higher < WATCHERS
+        ring = self._ring_for(watchers)
+        start = bisect.bisect_right(ring, (self._point_of(holder), ""))
+        return any(ring[(start + k) % len(ring)][1] == self.learner for k in range(WATCHERS))
+
+    def _ring_for(self, watchers: Sequence[str]) -> list[tuple[int, str]]:
+        """The watchers sorted by ring position (rebuilt only when they change)."""
+        key = tuple(watchers)
+        if key != self._ring_of:
+            self._ring_of = key
+            self._ring = sorted((self._point_of(w), w) for w in key)
+        return self._ring
+
+    def _point_of(self, name: str) -> int:
+        point = self._points.get(name)
+        if point is None:
+            point = self._points[name] = _point(name)
+        return point
 
     def _observe(self, holder: str, *, fresh: bool = False) -> LeaseState:
         now = time.monotonic()
