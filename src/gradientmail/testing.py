@@ -35,6 +35,7 @@ timings, and pass a :class:`Latency` of your own.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import threading
@@ -311,10 +312,14 @@ class LatencyMailbox:
 
     def _paged(self, prefix: str, keys: Iterator[str]) -> Iterator[str]:
         self._request("list_page", prefix)
-        for served, key in enumerate(keys):
-            if served and served % self.page_size == 0:
+        page = list(itertools.islice(keys, self.page_size))
+        while page:
+            yield from page
+            if len(page) < self.page_size:
+                return
+            page = list(itertools.islice(keys, self.page_size))  # the next page, if any
+            if page:
                 self._request("list_page", prefix)
-            yield key
 
 
 def _check_protocol(box: LatencyMailbox) -> Mailbox:
