@@ -360,8 +360,11 @@ PUBLIC_API: dict[str, list[str]] = {
         "Wake",
     ],
     "gradientmail.patterns.claim_view": [
+        "DRY_PAGES",
         "PAGE",
         "PROBES_BEFORE_LISTING",
+        "SHORT_RUN",
+        "SWEEPERS",
         "View",
         "lists_from_a_key",
     ],

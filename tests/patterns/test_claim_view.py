@@ -12,7 +12,18 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import Capability, Mailbox, from_url
-from gradientmail.patterns.claim_view import PAGE, SHORT_RUN, View, lists_from_a_key
+from gradientmail.patterns.claim_view import (
+    DRY_PAGES,
+    PAGE,
+    SHORT_RUN,
+    SWEEPERS,
+    View,
+    lists_from_a_key,
+)
+from gradientmail.patterns.claims import encode_record
+from gradientmail.patterns.idle_watch import IdleWatch
+from gradientmail.patterns.leases import LeaseWatcher
+from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout
 from gradientmail.testing import NO_LATENCY, LatencyMailbox
 from tests.support.delegating import Delegating
 
@@ -171,3 +182,92 @@ def test_scattered_free_units_are_taken_one_after_another_from_one_page() -> Non
         taken.append(position)
     assert taken == [p for p in free if taken[0] <= p <= view.sparse_until]
     assert view.sparse_until >= 999  # the first page: 1000 claims and the free units among them
+
+
+MEMBERS = [f"learner-{n}" for n in range(12)]
+
+
+def test_every_stretch_is_swept_by_two_members_and_knowing_fewer_sweeps_more() -> None:
+    identifiers = ids(40 * PAGE)
+    shares: dict[str, set[int]] = {}
+    for name in MEMBERS:
+        view = View(identifiers, name)
+        view.members = MEMBERS
+        shares[name] = set(view.share())
+    for stretch in range(40):
+        assert sum(stretch in share for share in shares.values()) == SWEEPERS, stretch
+    # A learner that started before some others (it knows fewer) sweeps a superset of its
+    # share, so every stretch keeps a sweeper that knows itself to be one.
+    for n, name in enumerate(MEMBERS):
+        view = View(identifiers, name)
+        view.members = [m for k, m in enumerate(MEMBERS) if k % 3 == n % 3 or m == name]
+        assert set(view.share()) >= shares[name], name
+    # Two members or fewer: each sweeps everything.
+    pair = View(identifiers, "a")
+    pair.members = ["a", "b"]
+    assert pair.share() == list(range(40))
+
+
+def end_of_epoch(free: range) -> tuple[list[str], Mailbox]:
+    """50 stretches, every unit claimed but ``free``, which lie in one stretch."""
+    identifiers = ids(50 * PAGE)
+    box = box_with_claims([u for p, u in enumerate(identifiers) if p not in free])
+    return identifiers, box
+
+
+def test_after_dry_pages_a_learner_sweeps_only_its_share_then_rests() -> None:
+    free = range(20 * PAGE + 500, 20 * PAGE + 510)
+    identifiers, box = end_of_epoch(free)
+    rested = found = 0
+    for name in MEMBERS:
+        view = paged(identifiers, name)  # its view is stale: it believes every unit free
+        view.members = MEMBERS
+        view.jumps = 1
+        share = view.share()
+        position, listings, keys = view.jump(box, PREFIX)
+        if 20 in share:
+            assert position in free, name  # its sweep finds them, at the latest
+            found += 1
+        elif position is None:
+            # Dry pages, then its own share, not the whole order (50 pages).
+            assert view.resting
+            assert listings <= DRY_PAGES + 2 * len(share)
+            assert keys < len(identifiers) - len(free)
+            assert not view.exhausted()
+            assert view.jump(box, PREFIX) == (None, 0, 0)  # resting lists nothing
+            view.rebuild(set())  # a scan found units free again: it searches again
+            assert not view.resting
+            rested += 1
+        else:
+            assert position in free, name  # a dry page's neighbour happened to show them
+    assert found == SWEEPERS
+    assert rested >= 3
+
+
+def test_a_watcher_sweeps_the_share_of_a_learner_that_left() -> None:
+    free = range(20 * PAGE + 500, 20 * PAGE + 510)
+    identifiers, box = end_of_epoch(free)
+    names = [f"gone-{n}" for n in range(6)] + ["me"]
+    probe = View(identifiers, "me")
+    probe.members = names
+    assert 20 not in probe.share()  # the free units are not in the watcher's own share
+    for name in names:
+        record: dict[str, object] = {"holder": name}
+        record["state"] = "finished" if name != "me" else "running"
+        record.update({"lease": 60.0, "incarnation": 1, "epoch": 0})
+        box.put(LEASES_PREFIX + name, encode_record(record))
+    watch = IdleWatch(
+        box, RunLayout(0), "me", 1, LeaseWatcher(box, LEASES_PREFIX, duration=60.0), 20.0
+    )
+    watch.mark()
+    poll = watch.poll()
+    assert sorted(poll.absent) == names[:-1]  # marked on their behalf: they left
+    assert poll.nobody_busy
+    view = paged(identifiers, "me")
+    view.members = names
+    view.resting = True
+    stretches = sorted({s for name in poll.absent for s in view.share(name)})
+    assert 20 in stretches
+    position, _, _ = view.sweep(box, PREFIX, stretches)
+    assert position == free[0]  # the first free unit: nobody may walk towards it
+    assert not view.resting

@@ -207,11 +207,13 @@ class ClaimLoop:
         ids = self.view.position
         self.stats.units_done_before = sum(1 for ident in scan.done if ident in ids)
         self.view.mark(scan.claimed)
-        others = any(
-            key != LEASES_PREFIX + self.learner for key in self.claims.mailbox.list(LEASES_PREFIX)
-        )
+        cut = len(LEASES_PREFIX)
+        members = {
+            key[cut:] for key in self.claims.mailbox.list(LEASES_PREFIX) if "/" not in key[cut:]
+        }
         self.stats.listings += 1
-        self.view.start_at(alone=not others)
+        self.view.members = sorted(members | {self.learner})
+        self.view.start_at(alone=len(self.view.members) == 1)
         if not self.claims.cas or self.claims.incarnation <= 1:
             return  # no earlier incarnation of this learner: nothing of ours to take back
         self.idle.forget_predecessor()
@@ -298,6 +300,8 @@ class ClaimLoop:
         self.stats.idle_polls += 1
         if poll.changed:
             self.backoff.reset()
+        if poll.absent and self.view.paged and self.sweep_shares(poll.absent):
+            return True  # units of an absent learner's share were free: claim them
         if poll.suspects:
             found = self.reclaim()
             self.idle.settle(poll.suspects)
@@ -319,6 +323,18 @@ class ClaimLoop:
             return None
         self.confirmed_at = now
         return self.reclaim()  # nobody works, yet units are open: look at the claims
+
+    def sweep_shares(self, members: list[str]) -> bool:
+        """Sweep the shares of ``members`` (they left); whether a unit there was free."""
+        view = self.view
+        stretches = sorted({stretch for member in members for stretch in view.share(member)})
+        found, listings, keys = view.sweep(self.claims.mailbox, self.claims.layout.units, stretches)
+        self.stats.listings += listings
+        self.stats.listed_keys += keys
+        if found is None:
+            return False
+        self.idle.unmark()  # busy again: it will hold units
+        return True
 
     def all_done(self) -> bool:
         """One listing of the completions: whether every unit of the epoch is done."""

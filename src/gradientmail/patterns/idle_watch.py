@@ -17,10 +17,12 @@ working:
   anyone, at a cost per poll in proportion to the busy learners, not to busy times idle.
   A watcher reads a watched lease at most once per renewal period.
 * A watched learner whose lease says it finished, or that it runs another epoch, holds no
-  unit of this epoch: its watcher marks it idle. One whose lease says it released its units,
-  failed or was declared lost, or whose lease was not renewed for a whole lease duration,
-  is a *suspect*: the watcher scans the claims once (a full listing, and one read per open
-  claim), takes its units over, and then marks it idle.
+  unit of this epoch: its watcher marks it idle, and sweeps its share of the units (see
+  :meth:`gradientmail.patterns.claim_view.View.share`) in case it left before sweeping it.
+  One whose lease says it released its units, failed or was declared lost, or whose lease
+  was not renewed for a whole lease duration, is a *suspect*: the watcher scans the claims
+  once (a full listing, and one read per open claim), takes its units over, and then marks
+  it idle.
 * When no learner is busy, one listing of ``done/`` tells whether every unit is done. One
   learner lists it: the *leader*, the marked learner ranked first by rendezvous hashing of
   the epoch and the ids. When every unit is done it creates ``complete``, which ends the
@@ -64,6 +66,9 @@ class Poll:
     suspects: list[str] = field(default_factory=list)
     #: The set of marked learners differs from the previous poll's.
     changed: bool = False
+    #: Learners this poll marked idle on their behalf (finished, or in another epoch):
+    #: their share of the end-of-epoch sweep is left to their watchers.
+    absent: list[str] = field(default_factory=list)
 
 
 def _rank(holder: str, watcher: str) -> bytes:
@@ -153,6 +158,7 @@ class IdleWatch:
         busy = sorted(leased - idle - {self.learner})
         watchers = sorted(idle | {self.learner})
         suspects: list[str] = []
+        absent: list[str] = []
         still_busy = 0
         for holder in busy:
             if not self._watches(holder, watchers):
@@ -164,14 +170,16 @@ class IdleWatch:
             elif state.state == "finished" or (state.state == "running" and not state.dead):
                 # Finished (holds nothing), or alive in another epoch: nothing of this one.
                 self._mark_for(holder, f"{state.state} in epoch {state.epoch}")
+                absent.append(holder)
             else:
                 suspects.append(holder)
                 still_busy += 1
         if still_busy == 0 and not fresh:
             again = self.poll(relist=True)  # nobody busy: make sure of the learners first
             again.changed = again.changed or changed
+            again.absent = absent + again.absent
             return again
-        return Poll(nobody_busy=still_busy == 0, suspects=suspects, changed=changed)
+        return Poll(nobody_busy=still_busy == 0, suspects=suspects, changed=changed, absent=absent)
 
     def _leases_stale(self, idle: frozenset[str]) -> bool:
         """Whether to list the leases again: learners rarely come and go, so only once per
