@@ -393,7 +393,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "parse_claim",
         "read_claim",
     ],
-    "gradientmail.patterns.idle_watch": ["IdleWatch", "Poll", "WATCHERS"],
+    "gradientmail.patterns.idle_watch": ["IdleWatch", "POLLS_PER_SECOND", "Poll", "WATCHERS"],
     "gradientmail.patterns.leases": [
         "Lease",
         "LeaseState",

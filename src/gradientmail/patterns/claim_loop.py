@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from gradientmail.errors import LeaseLostError
 from gradientmail.patterns.claim_view import PROBES_BEFORE_LISTING, View, lists_from_a_key
 from gradientmail.patterns.claims import ClaimRecord
-from gradientmail.patterns.idle_watch import IdleWatch
+from gradientmail.patterns.idle_watch import POLLS_PER_SECOND, IdleWatch
 from gradientmail.patterns.leases import RENEWALS_PER_LEASE, Lease, LeaseWatcher
 from gradientmail.patterns.progress import LEASES_PREFIX, ProgressReporter
 from gradientmail.patterns.unit_claims import DONE, RELEASED, Held, UnitClaims
@@ -157,9 +157,11 @@ class ClaimLoop:
         # While waiting for others to finish, poll again after 100 ms, doubling up to one
         # renewal period, and quickly again whenever the idle markers changed (another
         # learner ran out of work): a learner near the end notices it soon, one waiting long
-        # costs one small page per period.
+        # costs one small page per period. Each poll lists every marker, so the shortest
+        # delay grows with the markers (see wait_step).
         period = lease.duration / RENEWALS_PER_LEASE
-        self.backoff = Backoff(period, floor=min(0.1, period))
+        self.period_floor = min(0.1, period)
+        self.backoff = Backoff(period, floor=self.period_floor)
         self.done_seen = -1
         self.own: list[tuple[str, ClaimRecord, Version]] = []
         self.idle = IdleWatch(
@@ -298,6 +300,13 @@ class ClaimLoop:
         self.idle.mark()
         poll = self.idle.poll()
         self.stats.idle_polls += 1
+        # All waiting learners together poll about POLLS_PER_SECOND times a second at
+        # most: a poll lists every marker, so at 1,024 learners a fixed 100 ms would list a
+        # million keys a second. A learner then notices the end within about
+        # markers / POLLS_PER_SECOND seconds (0.5 s at 128 learners, 4 s at 1,024).
+        self.backoff.floor = min(
+            self.backoff.ceiling, max(self.period_floor, self.idle.markers / POLLS_PER_SECOND)
+        )
         if poll.changed:
             self.backoff.reset()
         if poll.absent and self.view.paged and self.sweep_shares(poll.absent):

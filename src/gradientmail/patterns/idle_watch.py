@@ -9,7 +9,8 @@ working:
   epoch). It deletes the marker before it takes a unit over, and a later incarnation
   deletes its predecessor's.
 * Each poll lists ``idle/``, and ``leases/`` once per renewal period or when the markers
-  name a learner it has not seen: one page each for up to 1,000 learners. The
+  name a learner it has not seen: one page each for up to 1,000 learners. The waiting
+  learners together poll at most about :data:`POLLS_PER_SECOND` times a second. The
   learners with a lease but no marker are *busy* (leases below ``leases/``, such as a
   pipeline's ``leases/producers/``, are not learners). Each busy learner is watched by
   :data:`WATCHERS` of the marked learners: the ones that follow it on a hash ring of the
@@ -50,10 +51,12 @@ from gradientmail.patterns.claims import encode_record
 from gradientmail.patterns.leases import LeaseState, LeaseWatcher
 from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout
 
-__all__ = ["WATCHERS", "IdleWatch", "Poll"]
+__all__ = ["POLLS_PER_SECOND", "WATCHERS", "IdleWatch", "Poll"]
 
 #: How many idle learners watch each busy one.
 WATCHERS = 2
+#: About how many polls all waiting learners together make per second, at most.
+POLLS_PER_SECOND = 250
 
 
 @dataclass
@@ -118,6 +121,11 @@ class IdleWatch:
         self._ring_of: tuple[str, ...] = ()
         self._ring: list[tuple[int, str]] = []
         self._lead_ranks: dict[str, bytes] = {}
+
+    @property
+    def markers(self) -> int:
+        """How many idle markers the last poll listed."""
+        return len(self._idle)
 
     # -- this learner's marker ----------------------------------------------------------------
 
