@@ -349,6 +349,15 @@ PUBLIC_API: dict[str, list[str]] = {
         "SupportsListStartAfter",
         "Version",
     ],
+    "gradientmail.patterns.buffer_entries": [
+        "Control",
+        "Exhausted",
+        "Failed",
+        "Fenced",
+        "UnitEnd",
+        "UnitStart",
+        "Wake",
+    ],
     "gradientmail.patterns.claim_loop": [
         "ClaimLoop",
         "Exhausted",
@@ -393,6 +402,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "parse_claim",
         "read_claim",
     ],
+    "gradientmail.patterns.hash_ring": ["Ring", "point"],
     "gradientmail.patterns.idle_watch": ["IdleWatch", "POLLS_PER_SECOND", "Poll", "WATCHERS"],
     "gradientmail.patterns.leases": [
         "Lease",

@@ -26,6 +26,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gradientmail.errors import LeaseLostError
+from gradientmail.patterns.buffer_entries import (
+    Exhausted,
+    Failed,
+    Fenced,
+    UnitEnd,
+    UnitStart,
+    Wake,
+)
 from gradientmail.patterns.claim_view import PROBES_BEFORE_LISTING, View, lists_from_a_key
 from gradientmail.patterns.claims import ClaimRecord
 from gradientmail.patterns.idle_watch import POLLS_PER_SECOND, IdleWatch
@@ -39,65 +47,6 @@ if TYPE_CHECKING:
     from gradientmail.patterns.shared_queue import QueueStats
 
 __all__ = ["ClaimLoop", "Exhausted", "Failed", "Fenced", "UnitEnd", "UnitStart", "View", "Wake"]
-
-
-# -- buffer entries other than items ----------------------------------------------------------
-
-
-class Control:
-    """Base of the entries the loader puts between items."""
-
-    __slots__ = ()
-
-
-class UnitStart(Control):
-    """The next items belong to ``held``."""
-
-    __slots__ = ("held",)
-
-    def __init__(self, held: Held) -> None:
-        self.held = held
-
-
-class UnitEnd(Control):
-    """Every item of ``held`` was put before this entry."""
-
-    __slots__ = ("held", "items")
-
-    def __init__(self, held: Held, items: int) -> None:
-        self.held = held
-        self.items = items
-
-
-class Failed(Control):
-    """The loader failed; the consumer raises this after the items before it."""
-
-    __slots__ = ("carried", "context")
-
-    def __init__(self, carried: CarriedError, context: str) -> None:
-        self.carried = carried
-        self.context = context
-
-
-class Fenced(Control):
-    """The learner lost its lease; the consumer raises ``error`` itself."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: LeaseLostError) -> None:
-        self.error = error
-
-
-class Wake(Control):
-    """Nothing to deliver: wakes the consumer to look at errors raised elsewhere."""
-
-    __slots__ = ()
-
-
-class Exhausted(Control):
-    """Every unit is done (or, without compare-and-swap, claimed)."""
-
-    __slots__ = ()
 
 
 class _LoadFailed(Exception):

@@ -47,7 +47,6 @@ every unit is claimed.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import inspect
 import itertools
@@ -55,6 +54,7 @@ import random
 from collections.abc import Iterable
 
 from gradientmail.mailbox import Capability, Mailbox, SupportsListStartAfter
+from gradientmail.patterns.hash_ring import Ring
 
 __all__ = [
     "DRY_PAGES",
@@ -81,11 +81,6 @@ SHORT_RUN = 4
 DRY_PAGES = 10
 #: How many learners sweep each stretch of :data:`PAGE` units at the end of an epoch.
 SWEEPERS = 2
-
-
-def _point(name: str) -> int:
-    """Where ``name`` sits on the sweepers' hash ring."""
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
 
 
 def lists_from_a_key(mailbox: Mailbox) -> bool:
@@ -334,16 +329,9 @@ class View:
         (see :mod:`gradientmail.patterns.idle_watch`).
         """
         me = self.learner_id if member is None else member
-        names = sorted(set(self.members) | {me})
-        if len(names) <= SWEEPERS:
-            return list(range(-(-len(self.identifiers) // PAGE)))
-        ring = sorted((_point(name), name) for name in names)
-        mine = []
-        for stretch in range(-(-len(self.identifiers) // PAGE)):
-            at = bisect.bisect_right(ring, (_point(f"stretch {stretch}"), ""))
-            if any(ring[(at + k) % len(ring)][1] == me for k in range(SWEEPERS)):
-                mine.append(stretch)
-        return mine
+        ring = Ring([*self.members, me])
+        stretches = range(-(-len(self.identifiers) // PAGE))
+        return [s for s in stretches if me in ring.successors(f"stretch {s}", SWEEPERS)]
 
     def sweep(
         self, mailbox: Mailbox, prefix: str, stretches: list[int]

@@ -39,15 +39,14 @@ a listing of ``done/`` that shows every unit ends the epoch.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gradientmail.errors import KeyNotFoundError
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns.claims import encode_record
+from gradientmail.patterns.hash_ring import Ring
 from gradientmail.patterns.leases import LeaseState, LeaseWatcher
 from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout
 
@@ -76,11 +75,6 @@ class Poll:
 
 def _rank(holder: str, watcher: str) -> bytes:
     return hashlib.blake2b(f"{holder}\n{watcher}".encode(), digest_size=8).digest()
-
-
-def _point(name: str) -> int:
-    """Where ``name`` sits on the watchers' hash ring."""
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
 
 
 class IdleWatch:
@@ -117,9 +111,8 @@ class IdleWatch:
         self._idle: frozenset[str] = frozenset()
         self._leased: set[str] = set()
         self._leased_at: float | None = None
-        self._points: dict[str, int] = {}  # ring positions, computed once per name
         self._ring_of: tuple[str, ...] = ()
-        self._ring: list[tuple[int, str]] = []
+        self._ring = Ring(())
         self._lead_ranks: dict[str, bytes] = {}
 
     @property
@@ -243,23 +236,10 @@ class IdleWatch:
         """Whether this learner is one of the :data:`WATCHERS` chosen for ``holder``."""
         if len(watchers) <= WATCHERS:
             return True
-        ring = self._ring_for(watchers)
-        start = bisect.bisect_right(ring, (self._point_of(holder), ""))
-        return any(ring[(start + k) % len(ring)][1] == self.learner for k in range(WATCHERS))
-
-    def _ring_for(self, watchers: Sequence[str]) -> list[tuple[int, str]]:
-        """The watchers sorted by ring position (rebuilt only when they change)."""
         key = tuple(watchers)
-        if key != self._ring_of:
-            self._ring_of = key
-            self._ring = sorted((self._point_of(w), w) for w in key)
-        return self._ring
-
-    def _point_of(self, name: str) -> int:
-        point = self._points.get(name)
-        if point is None:
-            point = self._points[name] = _point(name)
-        return point
+        if key != self._ring_of:  # rebuilt only when the idle learners change
+            self._ring_of, self._ring = key, Ring(key)
+        return self.learner in self._ring.successors(holder, WATCHERS)
 
     def _observe(self, holder: str, *, fresh: bool = False) -> LeaseState:
         now = time.monotonic()

@@ -88,16 +88,15 @@ from gradientmail.errors import (
 )
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns.claim_loop import (
-    ClaimLoop,
+from gradientmail.patterns.buffer_entries import (
     Control,
     Failed,
     Fenced,
     UnitEnd,
     UnitStart,
-    View,
     Wake,
 )
+from gradientmail.patterns.claim_loop import ClaimLoop, View
 from gradientmail.patterns.leases import Lease
 from gradientmail.patterns.preference import preference_order
 from gradientmail.patterns.progress import (
