@@ -271,3 +271,35 @@ def test_a_watcher_sweeps_the_share_of_a_learner_that_left() -> None:
     position, _, _ = view.sweep(box, PREFIX, stretches)
     assert position == free[0]  # the first free unit: nobody may walk towards it
     assert not view.resting
+
+
+def test_pages_in_a_row_tile_the_order_instead_of_listing_a_stretch_twice() -> None:
+    """A stale view believes many scattered runs free; the store has all but two units
+    claimed. The pages of one jump start at a run drawn at random, then go on after what
+    they covered, so together they list each claim about once: at most one page more than
+    a full listing, however the first run falls."""
+    identifiers = ids(8 * PAGE)
+    free = [len(identifiers) - 2, len(identifiers) - 1]
+    box = box_with_claims([u for p, u in enumerate(identifiers) if p not in free])
+    full_listing = len(identifiers) // PAGE
+    for n in range(12):
+        view = paged(identifiers, f"learner-{n}")
+        view.jumps = 1
+        for block in range(0, len(identifiers), 200):
+            view.taken[block : block + 100] = b"\x01" * 100  # 40 runs believed free
+        position, listings, keys = view.jump(box, PREFIX)
+        assert position in free, n
+        assert listings <= full_listing + 1, n
+        assert keys <= len(identifiers) + PAGE, n
+
+
+def test_the_run_after_a_position_wraps_to_the_front() -> None:
+    view = View(ids(20), "l0")
+    view.taken[:] = b"\x01" * 20
+    view.taken[2:4] = b"\x00\x00"
+    view.taken[9:15] = b"\x00" * 6
+    assert view.run_after(3) == (9, 6)
+    assert view.run_after(9) == (10, 5)  # the rest of a run the position is in
+    assert view.run_after(14) == (2, 2)  # past the end: from the front
+    assert view.run_after(14, shortest=3) == (9, 6)
+    assert view.run_after(3, shortest=7) is None

@@ -176,3 +176,28 @@ def test_one_idle_learner_leads_and_its_record_ends_the_epoch_for_the_others() -
     watches[leaders[0]].record_end(units=100)
     assert all(w.ended() for w in watches.values())
     assert list(box.list("epochs/3/complete")) == ["epochs/3/complete"]
+
+
+def test_only_the_leader_lists_the_leases_again_before_the_end_and_finds_a_late_starter() -> None:
+    """The claim loop's listing of the leases at its start counts as the watch's first.
+    When nobody seems busy, only the leader (which would list done/) lists the leases
+    again: there it finds a learner that started unseen, so the epoch is not confirmed
+    while it works; the others wait for the leader and list nothing more."""
+    box = fresh_box()
+    names = [f"learner-{n}" for n in range(4)]
+    boxes = {name: CountingListings(box) for name in names}
+    watches: dict[str, IdleWatch] = {}
+    for name in names:
+        lease(box, name, "running")
+        watcher = LeaseWatcher(boxes[name], LEASES_PREFIX, duration=60.0)
+        watches[name] = IdleWatch(boxes[name], RunLayout(0), name, 1, watcher, period=20.0)
+        watches[name].know_leases({*names, "producers/p0"})
+        watches[name].mark()
+    lease(box, "late", "running")  # started after the others listed the leases
+    polls = {name: watches[name].poll() for name in names}
+    leaders = [name for name in names if watches[name].leads()]
+    assert len(leaders) == 1
+    for name in names:
+        leader = name == leaders[0]
+        assert boxes[name].counts.get(LEASES_PREFIX, 0) == (1 if leader else 0), name
+        assert polls[name].nobody_busy is not leader, name

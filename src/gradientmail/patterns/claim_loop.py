@@ -163,6 +163,7 @@ class ClaimLoop:
             key[cut:] for key in self.claims.mailbox.list(LEASES_PREFIX) if "/" not in key[cut:]
         }
         self.stats.listings += 1
+        self.idle.know_leases(members)
         self.view.members = sorted(members | {self.learner})
         self.view.start_at(alone=len(self.view.members) == 1)
         if not self.claims.cas or self.claims.incarnation <= 1:

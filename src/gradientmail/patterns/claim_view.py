@@ -22,8 +22,9 @@ and keeps to its own stretch of it:
   :data:`SHORT_RUN` are left to the learner walking into them, unless no page showed a
   longer one (the end of the epoch, or a resumed run with scattered free units; then the
   run's last unit, and the walk goes on to the next free unit of that page). A page that
-  shows its whole stretch taken leads to a page elsewhere, and a lost claim never costs a
-  full listing.
+  shows its whole stretch taken leads to a page from the next run believed free after it
+  (wrapping to the front), so the pages of one jump never list a stretch twice, and a lost
+  claim never costs a full listing.
 * The end of an epoch: after :data:`DRY_PAGES` pages in a row that showed no free unit,
   a learner stops searching the whole order. A unit still free then is either just past
   a unit some learner claimed (a learner always tries the unit after its last claim next,
@@ -287,11 +288,14 @@ class View:
         listings = keys = 0
         short: tuple[int, int] | None = None
         run = self.pick_run(shortest=SHORT_RUN) or self.pick_run()
-        # Each page marks what it shows taken, so a stale view converges: near the end of
-        # an epoch, where every run it still believes free is taken, the pages of all jumps
-        # add up to about one full listing. A page costs one request, as a lost claim
-        # does, and shows up to a thousand claims where a lost claim shows one.
-        cap = 3 + 2 * len(self.identifiers) // PAGE
+        # Each page marks what it shows taken, so a stale view converges. A page costs one
+        # request, as a lost claim does, and shows up to a thousand claims where a lost
+        # claim shows one. The first page starts at a run drawn at random (learners that
+        # jump together spread); each further one starts at the next run believed free
+        # after what the pages so far covered, so pages in a row tile the order and never
+        # list a stretch twice: near the end of an epoch they add up to one full listing
+        # at most.
+        cap = 2 + -(-len(self.identifiers) // PAGE)
         while run is not None and listings < cap:
             # List the claims from the run's start, then choose in the stretch the page
             # covered: what it shows free was free a moment ago.
@@ -312,10 +316,26 @@ class View:
                 self.dry += 1
                 if self.dry >= DRY_PAGES:
                     return None, listings, keys  # the end is near: sweep the share instead
-            run = self.pick_run(shortest=SHORT_RUN)
+            run = self.run_after(last, shortest=SHORT_RUN)
             if run is None:
-                run = None if short is not None else self.pick_run()
+                run = None if short is not None else self.run_after(last)
         return short or run, listings, keys
+
+    def run_after(self, last: int, shortest: int = 1) -> tuple[int, int] | None:
+        """The first run believed free after position ``last``, wrapping to the front.
+
+        Runs shorter than ``shortest`` do not count.
+        """
+        taken = self.taken
+        for first, end in ((last + 1, len(taken)), (0, last + 1)):
+            p = taken.find(0, first, end)
+            while p >= 0:
+                stop = taken.find(1, p, end)
+                stop = end if stop < 0 else stop
+                if stop - p >= shortest:
+                    return p, stop - p
+                p = taken.find(0, stop, end)
+        return None
 
     def share(self, member: str | None = None) -> list[int]:
         """The stretches of :data:`PAGE` units that ``member`` (default: this learner)

@@ -9,7 +9,8 @@ working:
   epoch). It deletes the marker before it takes a unit over, and a later incarnation
   deletes its predecessor's.
 * Each poll lists ``idle/``, and ``leases/`` once per renewal period or when the markers
-  name a learner it has not seen: one page each for up to 1,000 learners. The waiting
+  name a learner it has not seen (the claim loop's listing of the leases at its start
+  counts as the first): one page each for up to 1,000 learners. The waiting
   learners together poll at most about :data:`POLLS_PER_SECOND` times a second. The
   learners with a lease but no marker are *busy* (leases below ``leases/``, such as a
   pipeline's ``leases/producers/``, are not learners). Each busy learner is watched by
@@ -26,7 +27,8 @@ working:
   it idle.
 * When no learner is busy, one listing of ``done/`` tells whether every unit is done. One
   learner lists it: the *leader*, the marked learner ranked first by rendezvous hashing of
-  the epoch and the ids. When every unit is done it creates ``complete``, which ends the
+  the epoch and the ids, which first lists the leases again in case a learner started
+  unseen. When every unit is done it creates ``complete``, which ends the
   epoch for the others (one read each per poll); a leader that is slow or gone is replaced
   by everyone listing ``done/`` themselves after a renewal period. When not every unit is
   done (a learner was marked while it still worked, or died unseen), the learner scans the
@@ -175,12 +177,20 @@ class IdleWatch:
             else:
                 suspects.append(holder)
                 still_busy += 1
-        if still_busy == 0 and not fresh:
-            again = self.poll(relist=True)  # nobody busy: make sure of the learners first
+        if still_busy == 0 and not fresh and self.leads():
+            # Nobody busy, and this learner is the one to list done/: make sure of the
+            # learners first (the others wait for its record, see leads()).
+            again = self.poll(relist=True)
             again.changed = again.changed or changed
             again.absent = absent + again.absent
             return again
         return Poll(nobody_busy=still_busy == 0, suspects=suspects, changed=changed, absent=absent)
+
+    def know_leases(self, learners: set[str]) -> None:
+        """Take a listing of the leases made just now (the claim loop lists them when it
+        starts) as this watch's own, instead of listing them again at the first poll."""
+        self._leased = {name for name in learners if "/" not in name}
+        self._leased_at = time.monotonic()
 
     def _leases_stale(self, idle: frozenset[str]) -> bool:
         """Whether to list the leases again: learners rarely come and go, so only once per
