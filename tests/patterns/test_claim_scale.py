@@ -86,12 +86,33 @@ def test_waiting_learners_read_no_claim_and_list_the_completions_once() -> None:
     assert counts.total("list_page", "done") <= 2 * LEARNERS + confirms
 
 
+def test_64_learners_pay_about_a_page_per_lost_claim_never_a_full_listing() -> None:
+    """The bound that keeps the claim cost flat: a lost claim costs its create and about
+    one page from where the learner jumps, not a listing of every claim (which cost five
+    pages per lost claim here, and grew with the units). Beyond the two full listings a
+    learner may make (its start, and one before it concludes that nothing is left), the
+    pages on the claims add up to about one per lost claim; at most two are allowed."""
+    delivered, boxes = run_64_learners()
+    assert delivered == Counter(dict.fromkeys(range(UNITS), 2))
+    listing = math.ceil(UNITS / PAGE)
+    beyond = lost = 0
+    for box in boxes:
+        counts = box.counts()
+        won = counts.total("get_versioned", "units")  # the read-back of each won claim
+        lost += counts.total("create", "units") - won
+        beyond += max(0, counts.total("list_page", "units") - 2 * listing)
+    assert lost > 0  # 64 learners over 5000 units do collide
+    assert beyond <= 2 * lost, (beyond, lost)
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="the issue's goals at 256 x 100k do not hold yet at 64 x 5k: about 3.5 % of creates "
-    "are lost (goal 2 %) and listing pages beyond two full listings are about 0.25 per unit "
-    "(goal 0.02), in good part fixed per-learner costs that 78 units per learner cannot "
-    "amortize; this test turns green when they do",
+    reason="the issue's per-unit goals are set at 256 x 100k (390 units a learner), where "
+    "benchmarks/scale.py meets them; at 78 units a learner, per-learner costs do not "
+    "amortize: about 3 % of creates are lost (goal 2 %; a learner jumps about "
+    "ln(units / (4 x learners)) times, and each jump costs a lost claim where it lands) "
+    "and the pages beyond two full listings are about 0.10 per unit (goal 0.02: the "
+    "jumps' pages, the leases and the waiting polls, about 8 pages a learner)",
 )
 def test_64_learners_claim_5000_units_with_a_bounded_number_of_requests() -> None:
     delivered, boxes = run_64_learners()
