@@ -72,6 +72,7 @@ import multiprocessing as mp
 import os
 import queue
 import selectors
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -237,10 +238,14 @@ class Trainer:
         self.cost = cost
         self.deadline = origin
         self.end = origin
+        self.first = math.nan  # when the first item started
         self.items = 0
 
     def train(self) -> None:
-        self.deadline = max(self.deadline, time.perf_counter()) + self.cost
+        start = max(self.deadline, time.perf_counter())
+        if not self.items:
+            self.first = start
+        self.deadline = start + self.cost
         pause = self.deadline - time.perf_counter()
         if pause > 0:
             time.sleep(pause)
@@ -304,6 +309,7 @@ def learner_process(
         except BaseException as exc:  # noqa: BLE001 - reported by the parent
             errors.append(f"learner {n}: {exc!r}")
         record["end"] = trainer.end
+        record["first"] = trainer.first
         record["items"] = trainer.items
         record["counts"] = dict(box.counts())
         out[n] = record
@@ -394,6 +400,7 @@ def run(
         "cpu": cpu,
         "server_cpu": server_cpu,
         "makespan": makespan,
+        "origin": origin.value,
         "t0": t0,
         "fluid": seconds,
     }
@@ -440,6 +447,14 @@ def figures(
         "server": q["server_cpu"],
     }
     f["claim"] = f["create"] + f["reads"] + f["x-pages"]
+    # Where the makespan goes: the start (the median learner's first item), and the tail
+    # (the last learner's end after the median learner's), for both modes.
+    for name, mode in (("", q), ("ideal ", ideal)):
+        origin = mode["origin"]
+        per_learner = mode["learners"].values()
+        f[f"{name}first"] = statistics.median(r["first"] - origin for r in per_learner)
+        ends = [r["end"] - origin for r in per_learner]
+        f[f"{name}tail"] = max(ends) - statistics.median(ends)
     for group in ("units", "done", "leases", "idle"):
         f[f"pages:{group}"] = total("list_page", group) / units
     return f
@@ -526,6 +541,12 @@ def main() -> None:
                 f"{g} {f['pages:' + g]:.3f}" for g in ("units", "done", "leases", "idle")
             )
             print(f"{'':>16} listing pages per unit by prefix: {by}", flush=True)
+            print(
+                f"{'':>16} start: the median learner's first item at {f['first']:.2f} s "
+                f"(ideal {f['ideal first']:.2f} s); tail: the last learner ends "
+                f"{f['tail']:.2f} s after the median one (ideal {f['ideal tail']:.2f} s)",
+                flush=True,
+            )
     print(
         "claim = create + reads + x-pages (goal <= 2.1); x-pages: listing pages beyond "
         "2 * ceil(units/1000) per learner; complete and lease reported apart; cpu in us per unit"
