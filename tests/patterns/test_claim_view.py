@@ -303,3 +303,39 @@ def test_the_run_after_a_position_wraps_to_the_front() -> None:
     assert view.run_after(14) == (2, 2)  # past the end: from the front
     assert view.run_after(14, shortest=3) == (9, 6)
     assert view.run_after(3, shortest=7) is None
+
+
+def test_a_resting_learner_looks_a_page_further_each_time_and_shares_a_long_run() -> None:
+    """Runs still long elsewhere when a learner rests are found a page at a time, and
+    entered in their middle half; a short run is left to the learner walking into it, and
+    the looks stop after one listing of the order."""
+    long_run = range(30 * PAGE + 200, 30 * PAGE + 300)
+    short_run = range(10 * PAGE + 5, 10 * PAGE + 7)
+    identifiers = ids(50 * PAGE)
+    free = set(long_run) | set(short_run)
+    box = box_with_claims([u for p, u in enumerate(identifiers) if p not in free])
+    for n in range(6):
+        view = paged(identifiers, f"learner-{n}")
+        view.resting = True
+        view.look_from = n * 9 * PAGE  # as jump() draws it when the rest begins
+        looks = 0
+        while True:
+            position, listings, _ = view.look(box, PREFIX)
+            looks += 1
+            assert listings == 1
+            if position is not None:
+                break
+            assert looks <= 51, n
+        assert long_run[0] + 25 <= position < long_run[0] + 75, n  # the middle half
+        assert not view.resting
+        assert view.candidate() == position
+    # Nothing long is left: a resting learner looks at most one listing's worth, then stops.
+    box2 = box_with_claims([u for p, u in enumerate(identifiers) if p not in short_run])
+    view = paged(identifiers, "tired")
+    view.resting = True
+    pages = [view.look(box2, PREFIX)[1] for _ in range(60)]
+    assert 50 <= sum(pages) <= 51
+    assert view.resting
+    assert view.look(box2, PREFIX) == (None, 0, 0)
+    view.rebuild(set())  # a scan found units free again: it searches (and looks) afresh
+    assert not view.resting

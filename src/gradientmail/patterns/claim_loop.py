@@ -242,6 +242,8 @@ class ClaimLoop:
                 self.others_unfinished = True
                 return None
             return found
+        if self.view.resting and self.look():
+            return True  # a page showed a run still long elsewhere: share it
         with self.held_lock:  # own units first: an idle marker means "holds nothing"
             while self.held and not self.closing.is_set():
                 self.held_lock.wait()  # notified by each recorded completion and by close
@@ -282,6 +284,16 @@ class ClaimLoop:
             return None
         self.confirmed_at = now
         return self.reclaim()  # nobody works, yet units are open: look at the claims
+
+    def look(self) -> bool:
+        """While resting, one more page of claims; whether it showed a run to share."""
+        p, listings, keys = self.view.look(self.claims.mailbox, self.claims.layout.units)
+        self.stats.listings += listings
+        self.stats.listed_keys += keys
+        if p is None:
+            return False
+        self.idle.unmark()  # busy again: it will hold units
+        return True
 
     def sweep_shares(self, members: list[str]) -> bool:
         """Sweep the shares of ``members`` (they left); whether a unit there was free."""

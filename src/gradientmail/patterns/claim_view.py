@@ -35,7 +35,10 @@ and keeps to its own stretch of it:
   waits (see :mod:`gradientmail.patterns.idle_watch`, whose watchers sweep the share of a
   learner that left, and scan the claims for one that died). So a learner lists a few
   pages at the end instead of every claim; at 256 learners x 100k units the pages on the
-  claims fell from 0.34 to 0.10 per unit.
+  claims fell from 0.34 to 0.10 per unit. While it rests it *looks* one page further each
+  time it waits (:meth:`View.look`, one listing of the order at most): runs still long
+  elsewhere, in front of slow learners, are found by the many resting learners together
+  and split instead of being walked by one.
 * Otherwise (a shuffled or custom order, or a store without partial listings) the view
   knows only the learner's own claims and losses: a jump goes to the middle half of the
   largest run believed free, and a streak of :data:`PROBES_BEFORE_LISTING` lost claims
@@ -135,6 +138,10 @@ class View:
         #: The search is over: the last pages were dry and this learner's share is taken.
         #: Jumps list nothing until :meth:`rebuild` (a scan found free units again).
         self.resting = False
+        #: While resting: where the next look lists from, and the pages looked at since the
+        #: rest began (see :meth:`look`).
+        self.look_from = 0
+        self.looked = 0
         #: The order is the sorted order, so a listing page covers a contiguous stretch.
         self.sorted = len(self.position) == len(identifiers) and identifiers == sorted(identifiers)
 
@@ -253,6 +260,10 @@ class View:
                 # The last pages were dry: sweep this learner's share, then rest.
                 found, swept, listed = self.sweep(mailbox, prefix, self.share())
                 self.resting = found is None
+                if self.resting:
+                    # Looks while resting start apart (see look).
+                    self.look_from = int(len(self.identifiers) * self.rng.random())
+                    self.looked = 0
                 return found, listings + swept, keys + listed
         if run is None:
             return None, listings, keys
@@ -336,6 +347,40 @@ class View:
                     return p, stop - p
                 p = taken.find(0, stop, end)
         return None
+
+    def look(self, mailbox: Mailbox, prefix: str) -> tuple[int | None, int, int]:
+        """While resting: list one page further on; end the rest at a run worth sharing.
+
+        A learner rests after dry pages in one part of the order, while runs may still be
+        long elsewhere, in front of slow learners. So each time it waits it lists one more
+        page, going on from a point drawn from its seed, and at most one listing of the
+        order in all (until :meth:`rebuild`): many resting learners together cover the order
+        within a wait or two. A page that shows a run of :data:`SHORT_RUN` units or more
+        free ends the rest, and the learner moves into the run's middle half, splitting it
+        with the learner walking it; shorter runs are left to that learner.
+
+        Returns:
+            ``(position, listings, keys listed)``; ``position`` is ``None`` while it rests.
+        """
+        if not (self.paged and self.resting) or self.looked > -(-len(self.taken) // PAGE):
+            return None, 0, 0
+        assert isinstance(mailbox, SupportsListStartAfter)
+        run = self.run_after(self.look_from - 1)  # the first position believed free on
+        if run is None:
+            return None, 0, 0  # every unit is taken
+        last, listed = self._list_page(mailbox, prefix, run[0])
+        self.looked += 1
+        self.look_from = last + 1 if last + 1 < len(self.taken) else 0
+        found = self.pick_run(within=(run[0], last), shortest=SHORT_RUN)
+        if found is None:
+            return None, 1, listed
+        start, length = found
+        self.resting = False
+        self.dry = 0
+        self.sparse_until = -1
+        self.jumps += 1
+        self.next = start + int(length * self.rng.uniform(0.25, 0.75))
+        return self.next, 1, listed
 
     def share(self, member: str | None = None) -> list[int]:
         """The stretches of :data:`PAGE` units that ``member`` (default: this learner)
