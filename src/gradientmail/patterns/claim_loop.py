@@ -158,12 +158,8 @@ class ClaimLoop:
         ids = self.view.position
         self.stats.units_done_before = sum(1 for ident in scan.done if ident in ids)
         self.view.mark(scan.claimed)
-        cut = len(LEASES_PREFIX)
-        members = {
-            key[cut:] for key in self.claims.mailbox.list(LEASES_PREFIX) if "/" not in key[cut:]
-        }
+        members = self.idle.learners()
         self.stats.listings += 1
-        self.idle.know_leases(members)
         self.view.members = sorted(members | {self.learner})
         self.view.start_at(alone=len(self.view.members) == 1)
         if not self.claims.cas or self.claims.incarnation <= 1:
@@ -226,10 +222,21 @@ class ClaimLoop:
 
     def jump(self) -> int | None:
         """Where to claim after a wall or a lost claim; ``None`` when every unit is taken."""
-        p, listings, keys = self.view.jump(self.claims.mailbox, self.claims.layout.units)
+        return self._counted(self.view.jump(self.claims.mailbox, self.claims.layout.units))
+
+    def _counted(self, searched: tuple[int | None, int, int]) -> int | None:
+        """Count a search of the view's listings in the stats; the position it found."""
+        position, listings, keys = searched
         self.stats.listings += listings
         self.stats.listed_keys += keys
-        return p
+        return position
+
+    def _woken(self, position: int | None) -> bool:
+        """Whether a search while waiting found a unit; if so this learner is busy again."""
+        if position is None:
+            return False
+        self.idle.unmark()  # it will hold units
+        return True
 
     def wait_step(self) -> object:
         """Nothing is free: end, take a unit over, or say to wait (``_WAIT``).
@@ -242,7 +249,7 @@ class ClaimLoop:
                 self.others_unfinished = True
                 return None
             return found
-        if self.view.resting and self.look():
+        if self.look():
             return True  # a page showed a run still long elsewhere: share it
         with self.held_lock:  # own units first: an idle marker means "holds nothing"
             while self.held and not self.closing.is_set():
@@ -287,25 +294,17 @@ class ClaimLoop:
 
     def look(self) -> bool:
         """While resting, one more page of claims; whether it showed a run to share."""
-        p, listings, keys = self.view.look(self.claims.mailbox, self.claims.layout.units)
-        self.stats.listings += listings
-        self.stats.listed_keys += keys
-        if p is None:
-            return False
-        self.idle.unmark()  # busy again: it will hold units
-        return True
+        return self._woken(
+            self._counted(self.view.look(self.claims.mailbox, self.claims.layout.units))
+        )
 
     def sweep_shares(self, members: list[str]) -> bool:
         """Sweep the shares of ``members`` (they left); whether a unit there was free."""
         view = self.view
         stretches = sorted({stretch for member in members for stretch in view.share(member)})
-        found, listings, keys = view.sweep(self.claims.mailbox, self.claims.layout.units, stretches)
-        self.stats.listings += listings
-        self.stats.listed_keys += keys
-        if found is None:
-            return False
-        self.idle.unmark()  # busy again: it will hold units
-        return True
+        return self._woken(
+            self._counted(view.sweep(self.claims.mailbox, self.claims.layout.units, stretches))
+        )
 
     def all_done(self) -> bool:
         """One listing of the completions: whether every unit of the epoch is done."""

@@ -55,7 +55,7 @@ import hashlib
 import inspect
 import itertools
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from gradientmail.mailbox import Capability, Mailbox, SupportsListStartAfter
 from gradientmail.patterns.hash_ring import Ring
@@ -123,6 +123,8 @@ class View:
         #: goes on past known walls to the next unit the page showed free.
         self.sparse_until = -1
         self.identifiers = identifiers
+        #: Pages in one listing of the order.
+        self.pages = -(-len(identifiers) // PAGE)
         self.position = dict(zip(identifiers, range(len(identifiers)), strict=True))
         self.taken = bytearray(len(identifiers))  # 1 = known claimed by someone
         self.next = 0
@@ -195,17 +197,18 @@ class View:
         Costs time in proportion to the runs in that stretch (``bytearray.find`` skips the
         taken positions in C), not to the number of units.
         """
+        end = len(self.taken) if last is None else min(last + 1, len(self.taken))
+        return list(self._iter_runs(first, end))
+
+    def _iter_runs(self, first: int, end: int) -> Iterator[tuple[int, int]]:
+        """``(start, length)`` of the runs believed free in positions ``first..end - 1``."""
         taken = self.taken
-        end_all = len(taken) if last is None else min(last + 1, len(taken))
-        found = []
-        p = taken.find(0, first, end_all)
+        p = taken.find(0, first, end)
         while p >= 0:
-            end = taken.find(1, p, end_all)
-            if end < 0:
-                end = end_all
-            found.append((p, end - p))
-            p = taken.find(0, end, end_all)
-        return found
+            stop = taken.find(1, p, end)
+            stop = end if stop < 0 else stop
+            yield p, stop - p
+            p = taken.find(0, stop, end)
 
     def pick_run(
         self, within: tuple[int, int] | None = None, shortest: int = 1
@@ -306,7 +309,7 @@ class View:
         # after what the pages so far covered, so pages in a row tile the order and never
         # list a stretch twice: near the end of an epoch they add up to one full listing
         # at most.
-        cap = 2 + -(-len(self.identifiers) // PAGE)
+        cap = 2 + self.pages
         while run is not None and listings < cap:
             # List the claims from the run's start, then choose in the stretch the page
             # covered: what it shows free was free a moment ago.
@@ -337,16 +340,10 @@ class View:
 
         Runs shorter than ``shortest`` do not count.
         """
-        taken = self.taken
-        for first, end in ((last + 1, len(taken)), (0, last + 1)):
-            p = taken.find(0, first, end)
-            while p >= 0:
-                stop = taken.find(1, p, end)
-                stop = end if stop < 0 else stop
-                if stop - p >= shortest:
-                    return p, stop - p
-                p = taken.find(0, stop, end)
-        return None
+        around = itertools.chain(
+            self._iter_runs(last + 1, len(self.taken)), self._iter_runs(0, last + 1)
+        )
+        return next((run for run in around if run[1] >= shortest), None)
 
     def look(self, mailbox: Mailbox, prefix: str) -> tuple[int | None, int, int]:
         """While resting: list one page further on; end the rest at a run worth sharing.
@@ -362,7 +359,7 @@ class View:
         Returns:
             ``(position, listings, keys listed)``; ``position`` is ``None`` while it rests.
         """
-        if not (self.paged and self.resting) or self.looked > -(-len(self.taken) // PAGE):
+        if not (self.paged and self.resting) or self.looked > self.pages:
             return None, 0, 0
         assert isinstance(mailbox, SupportsListStartAfter)
         run = self.run_after(self.look_from - 1)  # the first position believed free on
@@ -395,7 +392,7 @@ class View:
         """
         me = self.learner_id if member is None else member
         ring = Ring([*self.members, me])
-        stretches = range(-(-len(self.identifiers) // PAGE))
+        stretches = range(self.pages)
         return [s for s in stretches if me in ring.successors(f"stretch {s}", SWEEPERS)]
 
     def sweep(

@@ -152,10 +152,7 @@ class IdleWatch:
         """List the markers (and the leases, see :meth:`_learners`); read watched leases."""
         idle = frozenset(self._names(self.prefix))
         fresh = relist or self._leases_stale(idle)
-        if fresh:
-            self._leased = self._names(LEASES_PREFIX)
-            self._leased_at = time.monotonic()
-        leased = self._leased
+        leased = self.learners() if fresh else self._leased
         changed = idle != self._idle
         self._idle = idle
         busy = sorted(leased - idle - {self.learner})
@@ -186,11 +183,12 @@ class IdleWatch:
             return again
         return Poll(nobody_busy=still_busy == 0, suspects=suspects, changed=changed, absent=absent)
 
-    def know_leases(self, learners: set[str]) -> None:
-        """Take a listing of the leases made just now (the claim loop lists them when it
-        starts) as this watch's own, instead of listing them again at the first poll."""
-        self._leased = {name for name in learners if "/" not in name}
+    def learners(self) -> set[str]:
+        """List the learners with a lease (the claim loop asks when it starts); the listing
+        also serves this watch's first poll, which then does not list them again."""
+        self._leased = self._names(LEASES_PREFIX)
         self._leased_at = time.monotonic()
+        return self._leased
 
     def _leases_stale(self, idle: frozenset[str]) -> bool:
         """Whether to list the leases again: learners rarely come and go, so only once per
