@@ -204,3 +204,29 @@ def test_only_the_leader_lists_the_leases_again_before_the_end_and_finds_a_late_
         leader = name == leaders[0]
         assert boxes[name].counts.get(LEASES_PREFIX, 0) == (1 if leader else 0), name
         assert polls[name].nobody_busy is not leader, name
+
+
+def test_a_marker_written_for_a_learner_that_left_does_not_lead() -> None:
+    """A watcher marks a learner that left idle on its behalf; if that learner ranked first,
+    the others used to wait a whole renewal period for a leader that would never list
+    done/. The live idle learner of highest rank leads instead, and exactly one does."""
+    box = fresh_box()
+    names = [f"learner-{n}" for n in range(6)]
+    watches = {name: watch(box, name) for name in names}
+    for name in names:
+        lease(box, name, "running")
+        watches[name].mark()
+    for name in names:
+        watches[name].poll()
+    (first,) = [name for name in names if watches[name].leads()]
+    watches[first].marked = False  # it left: its marker now stands for it, as a watcher's would
+    lease(box, first, "released")
+    for name in names:
+        watches[name]._observed.clear()  # observed again at the next renewal period
+    rest = [name for name in names if name != first]
+    leaders = [name for name in rest if watches[name].leads()]
+    assert len(leaders) == 1, leaders
+    lease(box, leaders[0], "running", epoch=1)  # the next leader moves to another epoch
+    for name in rest:
+        watches[name]._observed.clear()
+    assert len([name for name in rest if name != leaders[0] and watches[name].leads()]) == 1

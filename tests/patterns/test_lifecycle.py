@@ -263,7 +263,9 @@ def test_leaving_early_releases_units_to_the_others_at_once(box: Mailbox, tmp_pa
     ):
         got["stays"].extend(q)
         assert q.stats.units_reclaimed >= 1
-    assert time.monotonic() - started < lease / 2
+    # Well under one renewal period (lease / 3): the released units are taken at the first
+    # poll, and the epoch ends without waiting a period for a leader that left.
+    assert time.monotonic() - started < lease / 6
     every = {(u, k) for u in range(12) for k in range(ITEMS_PER_UNIT)}
     assert set(got["stays"]) | set(got["early"]) == every
     status = read_status(box)

@@ -27,13 +27,15 @@ working:
   it idle.
 * When no learner is busy, one listing of ``done/`` tells whether every unit is done. One
   learner lists it: the *leader*, the marked learner ranked first by rendezvous hashing of
-  the epoch and the ids, which first lists the leases again in case a learner started
-  unseen. When every unit is done it creates ``complete``, which ends the
-  epoch for the others (one read each per poll); a leader that is slow or gone is replaced
-  by everyone listing ``done/`` themselves after a renewal period. When not every unit is
-  done (a learner was marked while it still worked, or died unseen), the learner scans the
-  claims as above, and lists ``done/`` again only after the markers change or a renewal
-  period passes.
+  the epoch and the ids among those whose lease says they still work in this epoch (a
+  marker a watcher wrote for a learner that left does not lead; the learners ranked below
+  it read its lease to know). The leader first lists the leases again in case a learner
+  started unseen. When every unit is done it creates ``complete``, which ends the
+  epoch for the others (one read each per poll); a leader that is slow, or that died
+  while idle, is replaced by everyone listing ``done/`` themselves after a renewal period.
+  When not every unit is done (a learner was marked while it still worked, or died
+  unseen), the learner scans the claims as above, and lists ``done/`` again only after
+  the markers change or a renewal period passes.
 
 A learner marked idle while it still works can delay the end, never bring it forward: only
 a listing of ``done/`` that shows every unit ends the epoch.
@@ -210,9 +212,21 @@ class IdleWatch:
     # -- the end -------------------------------------------------------------------------------
 
     def leads(self) -> bool:
-        """Whether this learner is the one that lists ``done/`` when nobody is busy."""
+        """Whether this learner is the one that lists ``done/`` when nobody is busy.
+
+        The leader is the idle learner of highest rank that still works in this epoch. A
+        marker a watcher wrote for a learner that left (released, finished, lost, or in
+        another epoch) does not lead: the learners ranked below it read its lease (once per
+        renewal period, highest first, stopping at the first that works here), so they
+        agree on a live leader instead of waiting a period for one that is gone.
+        """
         mine = self._lead_rank(self.learner)
-        return all(self._lead_rank(other) < mine for other in self._idle if other != self.learner)
+        above = sorted(
+            (other for other in self._idle if self._lead_rank(other) > mine),
+            key=self._lead_rank,
+            reverse=True,
+        )
+        return not any(self._works_here(self._observe(other)) for other in above)
 
     def _lead_rank(self, name: str) -> bytes:
         rank = self._lead_ranks.get(name)
