@@ -63,8 +63,9 @@ Run: ``python benchmarks/scale.py`` (8 and 64 learners x 10k units), or
 ``python benchmarks/scale.py --full`` (8, 64, 256, 1024 learners x 10k, 100k units), or
 choose: ``--learners 256 --units 100000 [--procs 4] [--seconds 20] [--latency 0.015,0.06]``.
 ``--no-ideal`` skips the baseline and prints the request figures alone (its columns read
-``nan``): 1024 learners x 100k units run on 2 cores with ``--seconds 600 --procs 8`` (about
-14 minutes; most threads sleep), where the baseline's 1024 busy threads do not finish.
+``nan``), in half the time. On a 2-core machine, 1024 learners x 100k units need a slow
+run, ``--seconds 600 --procs 8`` (about 14 minutes a mode; most threads sleep): with a
+shorter one the 1024 busy threads starve each other and even the baseline does not finish.
 """
 
 from __future__ import annotations
