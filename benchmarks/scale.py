@@ -431,6 +431,7 @@ def figures(
         max(0, sum(n for (o, _), n in r["counts"].items() if o == "list_page") - allowance)
         for r in per
     )
+    ideal_makespan, ideal_cpu = (ideal["makespan"], ideal["cpu"]) if ideal else (math.nan,) * 2
     creates = total("create", "units")
     reads = total("get", "units") + total("get_versioned", "units")
     f = {
@@ -445,10 +446,10 @@ def figures(
         "scans": sum(r["wait_scans"] for r in per),
         "conflicts": sum(r["conflicts"] for r in per),
         "makespan": q["makespan"],
-        "ideal": ideal["makespan"] if ideal else math.nan,
-        "ratio": q["makespan"] / ideal["makespan"] if ideal else math.nan,
+        "ideal": ideal_makespan,
+        "ratio": q["makespan"] / ideal_makespan,
         "cpu/claim": 1e6 * q["cpu"] / units,
-        "cpu/ideal": 1e6 * ideal["cpu"] / units if ideal else math.nan,
+        "cpu/ideal": 1e6 * ideal_cpu / units,
         "server": q["server_cpu"],
     }
     f["claim"] = f["create"] + f["reads"] + f["x-pages"]

@@ -216,17 +216,16 @@ class IdleWatch:
 
         The leader is the idle learner of highest rank that still works in this epoch. A
         marker a watcher wrote for a learner that left (released, finished, lost, or in
-        another epoch) does not lead: the learners ranked below it read its lease (once per
-        renewal period, highest first, stopping at the first that works here), so they
-        agree on a live leader instead of waiting a period for one that is gone.
+        another epoch) does not lead: a learner reads the leases of the markers ranked
+        above it (cached for a renewal period, stopping at the first that works here), so
+        the learners agree on a live leader instead of waiting a period for one that is gone.
         """
         mine = self._lead_rank(self.learner)
-        above = sorted(
-            (other for other in self._idle if self._lead_rank(other) > mine),
-            key=self._lead_rank,
-            reverse=True,
+        return not any(
+            self._works_here(self._observe(other))
+            for other in self._idle
+            if self._lead_rank(other) > mine
         )
-        return not any(self._works_here(self._observe(other)) for other in above)
 
     def _lead_rank(self, name: str) -> bytes:
         rank = self._lead_ranks.get(name)
