@@ -112,7 +112,9 @@ def test_64_learners_pay_about_a_page_per_lost_claim_never_a_full_listing() -> N
     reason="the issue's per-unit goals are set at 256 x 100k (390 units a learner), where "
     "benchmarks/scale.py meets them; at 78 units a learner, per-learner costs do not "
     "amortize: about 3 % of creates are lost (goal 2 %; a learner jumps about "
-    "ln(units / (4 x learners)) times, and each jump costs a lost claim where it lands) "
+    "ln(units / (4 x learners)) times, and each jump costs a lost claim where it lands; "
+    "and in an order of 5 pages the pages of a jump at the end go round the whole order, "
+    "so it takes the last units of short runs, each a claim its walker then loses) "
     "and the pages beyond two full listings are about 0.10 per unit (goal 0.02: the "
     "jumps' pages, the leases and the waiting polls, about 8 pages a learner)",
 )
