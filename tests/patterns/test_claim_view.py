@@ -47,6 +47,17 @@ def paged(identifiers: list[str], learner: str = "l0") -> View:
     return view
 
 
+def walk(view: View, position: int | None) -> list[int]:
+    """Claim ``position``, then each unit the view offers next, until it says to jump."""
+    walked = []
+    while position is not None:
+        walked.append(position)
+        view.taken[position] = 1
+        view.next = position + 1
+        position = view.candidate()
+    return walked
+
+
 def test_runs_are_cut_to_the_stretch_asked_for() -> None:
     view = View(ids(20), "l0")
     for p in (0, 1, 5, 6, 7, 12, 19):
@@ -130,12 +141,7 @@ def test_after_a_short_run_the_walk_takes_the_last_units_of_the_next_ones_on_its
         view = paged(identifiers, f"learner-{n}")
         view.jumps = 1
         position, _, _ = view.jump(box, PREFIX)
-        walked = []
-        while position is not None:
-            walked.append(position)
-            view.taken[position] = 1
-            view.next = position + 1
-            position = view.candidate()
+        walked = walk(view, position)
         assert walked == sorted(p for p in ends if p >= walked[0]), walked
 
 
@@ -181,11 +187,7 @@ def test_a_walk_stops_short_of_where_another_member_starts() -> None:
         if view.next == starts[-1]:
             continue  # the last one walks to the end of the order
         following = starts[starts.index(view.next) + 1]
-        walked = []
-        while (p := view.candidate()) is not None:
-            walked.append(p)
-            view.taken[p] = 1
-            view.next = p + 1
+        walked = walk(view, view.candidate())
         assert walked == list(range(walked[0], following)), name
         assert view.next == following
         view.next = following  # had it jumped back here, the point no longer stops it
@@ -245,15 +247,7 @@ def test_scattered_free_units_are_taken_one_after_another_from_one_page() -> Non
     # one, so the jump takes one from the freshest page and walks on to the others there.
     assert listings <= 3
     assert position in free
-    taken = [position]
-    while True:  # claim, then walk on without another page
-        assert position is not None
-        view.taken[position] = 1
-        view.next = position + 1
-        position = view.candidate()
-        if position is None:
-            break
-        taken.append(position)
+    taken = walk(view, position)  # claim, then walk on without another page
     assert taken == [p for p in free if taken[0] <= p <= view.sparse_until]
     assert view.sparse_until >= 999  # the first page: 1000 claims and the free units among them
 

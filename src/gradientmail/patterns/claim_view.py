@@ -68,7 +68,7 @@ import random
 from collections.abc import Iterable, Iterator
 
 from gradientmail.mailbox import Capability, Mailbox, SupportsListStartAfter
-from gradientmail.patterns.hash_ring import Ring
+from gradientmail.patterns.hash_ring import Ring, point
 
 __all__ = [
     "DRY_PAGES",
@@ -275,10 +275,9 @@ class View:
             self.stops = {self.start_of(m) for m in self.members} - {self.next}
 
     def start_of(self, learner_id: str) -> int:
-        """Where the learner ``learner_id`` starts when it starts apart: the same point on
-        every learner."""
-        digest = hashlib.sha256(learner_id.encode("utf-8")).digest()
-        return int.from_bytes(digest[:8], "big") * len(self.identifiers) >> 64
+        """Where the learner ``learner_id`` starts when it starts apart: its point on the
+        hash ring, scaled to the order, the same on every learner."""
+        return point(learner_id) * len(self.identifiers) >> 64
 
     def jump(self, mailbox: Mailbox, prefix: str) -> tuple[int | None, int, int]:
         """Move into a run believed free; see the module docstring.
@@ -343,7 +342,7 @@ class View:
         # after what the pages so far covered, so pages in a row tile the order and never
         # list a stretch twice.
         # Positions in the order of the pages so far, counted on from the first page's start
-        # (a page after the pages wrapped to the front counts ``len(order)`` more).
+        # (each wrap to the front counts ``len(order)`` more).
         origin, offset, n = (run[0] if run else 0), 0, len(self.identifiers)
         short: tuple[int, int] | None = None
         short_last = -1
@@ -364,13 +363,11 @@ class View:
             self.dry += 1
             if self.dry >= DRY_PAGES:
                 return None, listings, keys  # the end is near: sweep the share, then rest
-            if offset + last >= origin + n - 1:
-                break  # the pages went round the whole order
             run = self.run_after(last, shortest=SHORT_RUN) or self.run_after(last)
             if run is not None and run[0] <= last:
-                offset = n  # wrapped to the front
-            if run is not None and offset + run[0] > origin + n - 1:
-                break  # so did the pages and the claims known between them
+                offset += n  # wrapped to the front
+            if run is not None and offset + run[0] >= origin + n:
+                break  # the pages (and the claims known between them) went round the order
         if short is not None:
             # The pages went round the whole order and nothing longer is free: the short
             # runs' last units, which their walkers reach last.
