@@ -377,6 +377,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "View",
         "lists_from_a_key",
     ],
+    "gradientmail.patterns.free_runs": ["FreeRuns", "PAGE"],
     "gradientmail.patterns.claims": [
         "ClaimRecord",
         "claim",

@@ -114,7 +114,8 @@ def test_64_learners_pay_about_a_page_per_lost_claim_never_a_full_listing() -> N
     "amortize: about 3 % of creates are lost (goal 2 %; a learner jumps about "
     "ln(units / (4 x learners)) times, and each jump costs a lost claim where it lands; "
     "and in an order of 5 pages the pages of a jump at the end go round the whole order, "
-    "so it takes the last units of short runs, each a claim its walker then loses) "
+    "so it walks short runs back from their last units to meet their walkers, a lost claim "
+    "each) "
     "and the pages beyond two full listings are about 0.10 per unit (goal 0.02: the "
     "jumps' pages, the leases and the waiting polls, about 8 pages a learner)",
 )

@@ -53,21 +53,9 @@ def walk(view: View, position: int | None) -> list[int]:
     while position is not None:
         walked.append(position)
         view.taken[position] = 1
-        view.next = position + 1
+        view.claimed(position)
         position = view.candidate()
     return walked
-
-
-def test_runs_are_cut_to_the_stretch_asked_for() -> None:
-    view = View(ids(20), "l0")
-    for p in (0, 1, 5, 6, 7, 12, 19):
-        view.taken[p] = 1
-    assert view.runs() == [(2, 3), (8, 4), (13, 6)]
-    assert view.runs(3, 10) == [(3, 2), (8, 3)]
-    assert view.runs(6, 7) == []
-    assert view.runs(18, 30) == [(18, 1)]
-    assert view.pick_run(shortest=5) == (13, 6)  # the only run of five or more
-    assert view.pick_run(within=(0, 4), shortest=4) is None
 
 
 def test_a_learner_alone_or_with_its_own_order_or_blind_starts_at_its_first_preference() -> None:
@@ -132,34 +120,61 @@ def test_with_only_short_runs_left_a_jump_takes_the_last_unit_of_one() -> None:
     assert listings == 1  # one page went round the whole order
 
 
-def test_after_a_short_run_the_walk_takes_the_last_units_of_the_next_ones_on_its_page() -> None:
+def test_a_short_run_is_walked_from_its_last_unit_back_then_the_next_ones_on_its_page() -> None:
     identifiers = ids(200)
-    ends = {52, 61, 70}  # the last units of the runs 50-52, 60-61 and 70
-    free = {50, 51, 52, 60, 61, 70}
+    runs = [[52, 51, 50], [61, 60], [70]]  # the runs 50-52, 60-61 and 70, each from its end
+    free = {p for run in runs for p in run}
     box = box_with_claims([u for p, u in enumerate(identifiers) if p not in free])
     for n in range(8):
         view = paged(identifiers, f"learner-{n}")
         view.jumps = 1
         position, _, _ = view.jump(box, PREFIX)
         walked = walk(view, position)
-        assert walked == sorted(p for p in ends if p >= walked[0]), walked
+        first = next(k for k, run in enumerate(runs) if run[0] == walked[0])
+        assert walked == [p for run in runs[first:] for p in run], walked
+
+
+def test_walking_a_short_run_back_ends_at_a_unit_known_taken() -> None:
+    """The learner walking into the run from its front claimed 50 and a page showed it: the
+    backward walk ends at 51 and goes on to the next run's last unit."""
+    identifiers = ids(200)
+    free = {50, 51, 52, 60, 61}
+    box = box_with_claims([u for p, u in enumerate(identifiers) if p not in free])
+    view = paged(identifiers)
+    view.jumps = 1
+    position, _, _ = view.jump(box, PREFIX)
+    if position == 61:  # it chose the second run, the last on the page
+        assert walk(view, position) == [61, 60]
+        return
+    assert position == 52
+    view.taken[52] = 1
+    view.claimed(52)
+    view.mark([identifiers[50]])
+    assert view.candidate() == 51
+    view.taken[51] = 1
+    view.claimed(51)
+    assert view.candidate() == 61  # 50 is taken: the run is done; the next, from its end
 
 
 def test_a_short_run_in_a_long_order_is_left_to_its_walker_and_the_share_sweepers() -> None:
     """A run shorter than SHORT_RUN is in front of the learner walking into it, about to
     claim it. Where the order is longer than DRY_PAGES pages, a jump whose pages show
     nothing longer leaves it, sweeps the learner's own share and rests: only the share's
-    sweepers take it (from its first unit, as nobody may be walking there)."""
+    sweepers take it: the first from its last unit back towards whoever walks it from the
+    front, the second from its middle unit, so the two do not claim the same units."""
     free = range(20 * PAGE + 500, 20 * PAGE + 500 + SHORT_RUN - 1)
     identifiers, box = end_of_epoch(free)
     sweepers = rested = 0
+    landed = set()
     for name in MEMBERS:
         view = paged(identifiers, name)
         view.members = MEMBERS
         view.jumps = 1
         position, listings, _ = view.jump(box, PREFIX)
         if 20 in view.share():
-            assert position == free[0], name
+            assert position in (free[-1], free[len(free) // 2]), name
+            assert view.candidate() == position  # it walks on backward: nobody claimed it
+            landed.add(position)
             sweepers += 1
         else:
             assert position is None, name
@@ -167,6 +182,7 @@ def test_a_short_run_in_a_long_order_is_left_to_its_walker_and_the_share_sweeper
             assert listings <= DRY_PAGES + 2 * len(view.share())
             rested += 1
     assert sweepers == SWEEPERS
+    assert len(landed) == SWEEPERS
     assert rested == len(MEMBERS) - SWEEPERS
 
 
@@ -247,9 +263,11 @@ def test_scattered_free_units_are_taken_one_after_another_from_one_page() -> Non
     # one, so the jump takes one from the freshest page and walks on to the others there.
     assert listings <= 3
     assert position in free
+    until = view.sparse_until
+    assert until >= 999  # the first page: 1000 claims and the free units among them
     taken = walk(view, position)  # claim, then walk on without another page
-    assert taken == [p for p in free if taken[0] <= p <= view.sparse_until]
-    assert view.sparse_until >= 999  # the first page: 1000 claims and the free units among them
+    assert taken == [p for p in free if taken[0] <= p <= until]
+    assert view.sparse_until == -1  # the page is used up and forgotten
 
 
 MEMBERS = [f"learner-{n}" for n in range(12)]
@@ -337,8 +355,10 @@ def test_a_watcher_sweeps_the_share_of_a_learner_that_left() -> None:
     stretches = sorted({s for name in poll.absent for s in view.share(name)})
     assert 20 in stretches
     position, _, _ = view.sweep(box, PREFIX, stretches)
-    assert position == free[0]  # the first free unit: nobody may walk towards it
     assert not view.resting
+    # Nobody walks the run (its learners left): the watcher takes all of it, from its last
+    # unit back, where a learner walking it from the front would meet it.
+    assert walk(view, position) == list(reversed(free))
 
 
 def test_pages_in_a_row_tile_the_order_instead_of_listing_a_stretch_twice() -> None:
@@ -360,18 +380,6 @@ def test_pages_in_a_row_tile_the_order_instead_of_listing_a_stretch_twice() -> N
         assert position in free, n
         assert listings <= full_listing + 2, n
         assert keys <= len(identifiers) + 2 * PAGE, n
-
-
-def test_the_run_after_a_position_wraps_to_the_front() -> None:
-    view = View(ids(20), "l0")
-    view.taken[:] = b"\x01" * 20
-    view.taken[2:4] = b"\x00\x00"
-    view.taken[9:15] = b"\x00" * 6
-    assert view.run_after(3) == (9, 6)
-    assert view.run_after(9) == (10, 5)  # the rest of a run the position is in
-    assert view.run_after(14) == (2, 2)  # past the end: from the front
-    assert view.run_after(14, shortest=3) == (9, 6)
-    assert view.run_after(3, shortest=7) is None
 
 
 def test_a_resting_learner_looks_a_page_further_each_time_and_shares_a_long_run() -> None:

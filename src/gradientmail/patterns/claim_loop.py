@@ -197,7 +197,7 @@ class ClaimLoop:
                 view.taken[p] = 1
                 if held is not None:
                     self.stats.claim_latency.add(time.perf_counter() - began)
-                    view.next = p + 1
+                    view.claimed(p)
                     self.losses = 0
                     return self.hold(held, reclaimed=False)
                 self.stats.conflicts_lost += 1

@@ -23,32 +23,33 @@ and keeps to its own stretch of it:
   later reaches a unit on that page stops there without a lost claim. A page that shows no
   run worth taking leads to a page from the next run believed free after it (wrapping to
   the front), so the pages of one jump never list a stretch twice, and a lost claim never
-  costs a full listing. A run shorter than :data:`SHORT_RUN` is in front of the learner
-  walking into it, which is about to claim it: a jump enters one only when its pages went
-  round the whole order and showed nothing longer, and then takes the run's last unit,
-  which that walker reaches last, and goes on to the last units of the other short runs
-  on the freshest page that showed one. So with an order of
-  up to :data:`DRY_PAGES` pages, where a unit is a large share of a learner's work, fast
-  learners take the last units in front of slow ones (4 learners over 24 units end at
-  1.13x the fluid bound, 1.51x without); in a longer order the search ends first (below)
-  and short runs stay with their walkers, which lose no claim on them. (At 256 learners
-  x 25k units, jumps into short runs that a page showed many pages earlier lost 9 claims
-  in 10.)
+  costs a full listing.
+* A run shorter than :data:`SHORT_RUN` is in front of the learner walking into it, which
+  is about to claim it. A jump enters one only when its pages went round the whole order
+  and showed nothing longer (an order of up to :data:`DRY_PAGES` pages, where a unit is a
+  large share of a learner's work: 4 learners over 24 units end at 1.13x the fluid bound,
+  1.51x without). It then walks the run *backward*, from its last unit towards that
+  walker: the two meet where their paces put them, at the cost of one lost claim, and the
+  learner goes on to the other short runs of the freshest page that showed one, each from
+  its last unit. In a longer order the search ends first (below) and short runs stay with
+  their walkers.
 * The end of an epoch: after :data:`DRY_PAGES` pages in a row that showed no run worth
   taking, or pages that went round the whole order and showed no free unit, a learner
-  stops searching the whole order. A unit still free then is either just past
-  a unit some learner claimed (a learner always tries the unit after its last claim next,
-  so it is in front of a walker) or was left by a learner that died or by an earlier run.
-  For the second kind each stretch of :data:`PAGE` units has :data:`SWEEPERS` learners
-  (:meth:`View.share`, a hash ring of the learners' ids): a learner lists its own
-  stretches, takes what they show free, and only then *rests*: it stops jumping and
-  waits (see :mod:`gradientmail.patterns.idle_watch`, whose watchers sweep the share of a
-  learner that left, and scan the claims for one that died). So a learner lists a few
-  pages at the end instead of every claim; at 256 learners x 100k units the pages on the
-  claims fell from 0.34 to 0.10 per unit. While it rests it *looks* one page further each
-  time it waits (:meth:`View.look`, one listing of the order at most): runs still long
-  elsewhere, in front of slow learners, are found by the many resting learners together
-  and split instead of being walked by one.
+  stops searching the whole order. A unit still free then is either in front of a walker
+  (a learner always tries the unit after its last claim next) or was left by a learner that
+  died or by an earlier run. For the second kind each stretch of :data:`PAGE` units has
+  :data:`SWEEPERS` learners (:meth:`View.share`, a hash ring of the learners' ids): a
+  learner lists its own stretches and takes what they show free, each run backward from
+  its last unit (so a live walker keeps its run until they meet, and a run nobody walks is
+  taken whole), the second sweeper of a stretch from its middle free unit (two sweepers
+  that start together do not claim the same units). At 1024 learners x 100k units, sweeps
+  that took the first free unit forward lost 0.5 % of all creates to walkers and to each
+  other. Then the learner *rests*: it stops jumping and waits (see
+  :mod:`gradientmail.patterns.idle_watch`, whose watchers sweep the share of a learner
+  that left, and scan the claims for one that died). While it rests it *looks* one page
+  further each time it waits (:meth:`View.look`, one listing of the order at most): runs
+  still long elsewhere, in front of slow learners, are found by the many resting learners
+  together and split instead of being walked by one.
 * Otherwise (a shuffled or custom order, or a store without partial listings) the view
   knows only the learner's own claims and losses: a jump goes to the middle half of the
   largest run believed free, and a streak of :data:`PROBES_BEFORE_LISTING` lost claims
@@ -63,11 +64,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import itertools
-import random
-from collections.abc import Iterable, Iterator
 
 from gradientmail.mailbox import Capability, Mailbox, SupportsListStartAfter
+from gradientmail.patterns.free_runs import PAGE, FreeRuns
 from gradientmail.patterns.hash_ring import Ring, point
 
 __all__ = [
@@ -83,8 +82,6 @@ __all__ = [
 #: Claims lost in a row before a view without partial listings is refreshed by a full
 #: listing; until then a learner that loses jumps elsewhere, which costs one create.
 PROBES_BEFORE_LISTING = 4
-#: Keys read by one partial listing: one page of S3, GCS and Azure.
-PAGE = 1000
 #: Runs shorter than this are left to the learner walking into them; a jump enters longer
 #: ones in their middle half.
 SHORT_RUN = 4
@@ -115,7 +112,7 @@ def lists_from_a_key(mailbox: Mailbox) -> bool:
     )
 
 
-class View:
+class View(FreeRuns):
     """Which units this learner believes are taken, by position in its preference order.
 
     Args:
@@ -127,24 +124,20 @@ class View:
     """
 
     def __init__(self, identifiers: list[str], learner_id: str, shared_order: bool = True) -> None:
+        super().__init__(identifiers, hashlib.sha256(learner_id.encode("utf-8")).digest())
         self.shared_order = shared_order
         #: Jumps list a page first (set by the claim loop; see :func:`lists_from_a_key`).
         self.paged = False
-        #: The last position of a page whose free units a walk takes one after another (a
-        #: sweep's page, or the freshest page of short runs): up to there, a walk goes on
-        #: past known walls to the next free unit the page showed.
+        #: The last position of a page whose free runs this learner takes one after another
+        #: (a sweep's page, or the freshest page of short runs; a page for each run would
+        #: cost a request each), ``-1`` when none.
         self.sparse_until = -1
-        #: Up to :attr:`sparse_until`, take each free run's last unit, not its first.
-        self.sparse_ends = False
-        self.identifiers = identifiers
-        #: Pages in one listing of the order.
-        self.pages = -(-len(identifiers) // PAGE)
-        self.position = dict(zip(identifiers, range(len(identifiers)), strict=True))
-        self.taken = bytearray(len(identifiers))  # 1 = known claimed by someone
+        #: Walking the current run from its last unit (:attr:`run_end`) towards its first,
+        #: where whoever walks it from the front meets this learner.
+        self.backward = False
+        self.run_end = -1
         self.next = 0
         self.jumps = 0
-        seed = hashlib.sha256(learner_id.encode("utf-8")).digest()
-        self.rng = random.Random(seed)
         #: The learners with a lease when this one started, itself included (set by the
         #: claim loop): they split the end-of-epoch sweep (see :meth:`share`).
         self.members: list[str] = [learner_id]
@@ -160,15 +153,6 @@ class View:
         #: rest began (see :meth:`look`).
         self.look_from = 0
         self.looked = 0
-        #: The order is the sorted order, so a listing page covers a contiguous stretch.
-        self.sorted = len(self.position) == len(identifiers) and identifiers == sorted(identifiers)
-
-    def mark(self, identifiers: Iterable[str]) -> None:
-        """Mark ``identifiers`` as taken."""
-        for ident in identifiers:
-            p = self.position.get(ident)
-            if p is not None:
-                self.taken[p] = 1
 
     def rebuild(self, claimed: set[str]) -> None:
         """Make the view exactly ``claimed`` (units released by deletion become free)."""
@@ -176,10 +160,11 @@ class View:
         self.mark(claimed)
         self.resting = False
         self.dry = 0
+        self.backward = False
 
-    def exhausted(self) -> bool:
-        """Whether every unit is believed taken (with compare-and-swap: is taken)."""
-        return self.taken.find(0) < 0
+    def claimed(self, position: int) -> None:
+        """This learner won the claim of ``position``: walk on from it."""
+        self.next = position - 1 if self.backward else position + 1
 
     def candidate(self) -> int | None:
         """The next position to claim, or ``None`` to jump.
@@ -192,70 +177,42 @@ class View:
         """
         p = self.next
         if self.paged:
+            if self.backward:
+                if p >= 0 and not self.taken[p]:
+                    return p
+                # Met a unit known taken: the run is done; on to the next the page showed.
+                return self._sparse_next(p)
             if p in self.stops:
                 self.stops.discard(p)
                 return None  # another member's start: it claimed this unit first
             if p < len(self.taken) and not self.taken[p]:
                 return p
-            if p <= self.sparse_until:
-                # Free units a page showed (a page for each would cost a request each): a
-                # sweep's, which nobody may walk towards, in order; short runs' last units,
-                # which their walkers reach last.
-                q = self.taken.find(0, p, self.sparse_until + 1)
-                if q >= 0 and self.sparse_ends:
-                    end = self.taken.find(1, q, self.sparse_until + 1)
-                    return self.sparse_until if end < 0 else end - 1
-                if q >= 0:
-                    return q
             return None
         p = self.taken.find(0, p)
         return p if p >= 0 else None
 
-    def largest_run(self) -> tuple[int, int] | None:
-        """The largest run believed free (a blind jump's target)."""
-        runs = self.runs()
-        return max(runs, key=lambda run: run[1]) if runs else None
+    def _sparse_next(self, p: int) -> int | None:
+        """After a backward walk ended at ``p``: the next unit of the sparse page to claim.
 
-    def runs(self, first: int = 0, last: int | None = None) -> list[tuple[int, int]]:
-        """``(start, length)`` of the runs believed free, cut to positions ``first..last``.
-
-        Costs time in proportion to the runs in that stretch (``bytearray.find`` skips the
-        taken positions in C), not to the number of units.
+        The last unit of the next free run after the one just walked; ``None`` when the page
+        has none left (then it is forgotten).
         """
-        end = len(self.taken) if last is None else min(last + 1, len(self.taken))
-        return list(self._iter_runs(first, end))
+        until = self.sparse_until
+        if self.run_end < until:
+            q = self.taken.find(0, self.run_end + 1, until + 1)
+            if q >= 0:
+                return self._from_end(q, until)
+        self.backward = False
+        self.sparse_until = -1
+        return None
 
-    def _iter_runs(self, first: int, end: int) -> Iterator[tuple[int, int]]:
-        """``(start, length)`` of the runs believed free in positions ``first..end - 1``."""
-        taken = self.taken
-        p = taken.find(0, first, end)
-        while p >= 0:
-            stop = taken.find(1, p, end)
-            stop = end if stop < 0 else stop
-            yield p, stop - p
-            p = taken.find(0, stop, end)
-
-    def pick_run(
-        self, within: tuple[int, int] | None = None, shortest: int = 1
-    ) -> tuple[int, int] | None:
-        """A run believed free, drawn with probability in proportion to its length.
-
-        Learners that jump at the same moment with the same knowledge then spread over the
-        free runs instead of all choosing the largest one. With ``within=(first, last)``,
-        only the parts of runs between those positions count; runs shorter than
-        ``shortest`` do not.
-        """
-        runs = self.runs() if within is None else self.runs(*within)
-        if shortest > 1:
-            runs = [run for run in runs if run[1] >= shortest]
-        if not runs:
-            return None
-        point = self.rng.randrange(sum(length for _, length in runs))
-        for start, length in runs:
-            if point < length:
-                return start, length
-            point -= length
-        return runs[-1]  # pragma: no cover - the draw is below the total
+    def _from_end(self, q: int, limit: int) -> int:
+        """Walk the free run at ``q`` backward from its last unit (at most ``limit``)."""
+        end = self.taken.find(1, q, limit + 1)
+        last = limit if end < 0 else end - 1
+        self.backward = True
+        self.run_end = self.next = last
+        return last
 
     def start_at(self, alone: bool) -> None:
         """Choose the first position: the first unit for a learner alone, else a point
@@ -311,9 +268,10 @@ class View:
             # free, so a point far from both ends is the likeliest to be free).
             offset = int(length * self.rng.uniform(0.25, 0.75)) if length > 2 else 0
         elif length < SHORT_RUN:
-            # Only short runs are left: the last unit, which the learner walking into the
-            # run from its start reaches last.
-            offset = length - 1
+            # Only short runs are left: walk one from its last unit back towards the learner
+            # walking into it from its start, then the page's other short runs alike.
+            self.jumps += 1
+            return self._from_end(start, start + length - 1), listings, keys
         elif self.jumps == 0:
             offset = int(length * self.rng.random())
         else:
@@ -321,6 +279,7 @@ class View:
             # split it, and meet only when both have walked a quarter of it.
             offset = int(length * self.rng.uniform(0.25, 0.75))
         self.jumps += 1
+        self.backward = False
         self.next = start + offset
         return self.next, listings, keys
 
@@ -349,7 +308,7 @@ class View:
         while run is not None:
             # List the claims from the run's start, then choose in the stretch the page
             # covered: what it shows free was free a moment ago.
-            last, listed = self._list_page(mailbox, prefix, run[0])
+            last, listed = self.list_page(mailbox, prefix, run[0])
             listings += 1
             keys += listed
             found = self.pick_run(within=(run[0], last), shortest=SHORT_RUN)
@@ -370,21 +329,10 @@ class View:
                 break  # the pages (and the claims known between them) went round the order
         if short is not None:
             # The pages went round the whole order and nothing longer is free: the short
-            # runs' last units, which their walkers reach last.
+            # runs of the freshest page that showed one, each from its last unit.
             self.sparse_until = short_last
-            self.sparse_ends = True
             self.dry = 0
         return short, listings, keys
-
-    def run_after(self, last: int, shortest: int = 1) -> tuple[int, int] | None:
-        """The first run believed free after position ``last``, wrapping to the front.
-
-        Runs shorter than ``shortest`` do not count.
-        """
-        around = itertools.chain(
-            self._iter_runs(last + 1, len(self.taken)), self._iter_runs(0, last + 1)
-        )
-        return next((run for run in around if run[1] >= shortest), None)
 
     def look(self, mailbox: Mailbox, prefix: str) -> tuple[int | None, int, int]:
         """While resting: list one page further on; end the rest at a run worth sharing.
@@ -406,7 +354,7 @@ class View:
         run = self.run_after(self.look_from - 1)  # the first position believed free on
         if run is None:
             return None, 0, 0  # every unit is taken
-        last, listed = self._list_page(mailbox, prefix, run[0])
+        last, listed = self.list_page(mailbox, prefix, run[0])
         self.looked += 1
         self.look_from = last + 1 if last + 1 < len(self.taken) else 0
         found = self.pick_run(within=(run[0], last), shortest=SHORT_RUN)
@@ -417,6 +365,7 @@ class View:
         self.dry = 0
         self.sparse_until = -1
         self.jumps += 1
+        self.backward = False
         self.next = start + int(length * self.rng.uniform(0.25, 0.75))
         return self.next, 1, listed
 
@@ -439,12 +388,13 @@ class View:
     def sweep(
         self, mailbox: Mailbox, prefix: str, stretches: list[int]
     ) -> tuple[int | None, int, int]:
-        """List the stretches' claims; move to the first unit they show free, if any.
+        """List the stretches' claims; move into the free runs they show, if any.
 
-        Nobody may be walking towards a unit a sweep finds free (its stretch may have been
-        left by a learner that died, or by an earlier run), so the learner starts at the
-        free run's first unit and walks it, and goes on to the other units the page showed
-        free.
+        Each run is walked backward from its last unit: a live learner may be walking it
+        from its front (they meet where their paces put them), or nobody (its learner died,
+        or an earlier run left it), and then this learner takes it whole. The second
+        sweeper of a stretch starts at its middle free unit instead, so that the two do not
+        claim the same units.
 
         Returns:
             ``(position, listings, keys listed)``; ``position`` is ``None`` when every
@@ -452,44 +402,28 @@ class View:
         """
         assert isinstance(mailbox, SupportsListStartAfter)
         listings = keys = 0
+        ring = Ring([*self.members, self.learner_id])
         for stretch in stretches:
             first, end = stretch * PAGE, min((stretch + 1) * PAGE, len(self.taken))
             p = self.taken.find(0, first, end)
             while p >= 0:
-                last, listed = self._list_page(mailbox, prefix, p)
+                last, listed = self.list_page(mailbox, prefix, p)
                 listings += 1
                 keys += listed
-                q = self.taken.find(0, p, min(last, end - 1) + 1)
+                until = min(last, end - 1)
+                q = self.taken.find(0, p, until + 1)
                 if q >= 0:
                     self.dry = 0
                     self.resting = False
-                    self.sparse_until = last
-                    self.sparse_ends = False
-                    self.next = q
-                    return q, listings, keys
+                    self.sparse_until = until
+                    if self.learner_id in ring.successors(f"stretch {stretch}", SWEEPERS)[1:]:
+                        # The second sweeper: from the middle free unit of the stretch, so
+                        # that two sweepers at once do not claim the same units.
+                        free = [i for i in range(q, until + 1) if not self.taken[i]]
+                        middle = free[len(free) // 2]
+                        self._from_end(middle, until)
+                        self.next = middle
+                        return middle, listings, keys
+                    return self._from_end(q, until), listings, keys
                 p = self.taken.find(0, last + 1, end) if last + 1 < end else -1
         return None, listings, keys
-
-    def _list_page(
-        self, mailbox: SupportsListStartAfter, prefix: str, start: int
-    ) -> tuple[int, int]:
-        """Mark the claims on one page listed from ``start``.
-
-        Returns:
-            ``(last, listed)``: the last position the page covers and the keys it held.
-        """
-        after = prefix + self.identifiers[start - 1] if start > 0 else None
-        page = list(itertools.islice(mailbox.list(prefix, start_after=after), PAGE))
-        cut = len(prefix)
-        taken = self.taken
-        positions = [
-            p for p in map(self.position.get, [key[cut:] for key in page]) if p is not None
-        ]
-        for p in positions:
-            taken[p] = 1
-        if len(page) < PAGE:
-            return len(self.identifiers) - 1, len(page)  # the listing reached the end
-        # A full page: it covers up to its last key (a key outside the order covers
-        # nothing past the start).
-        last = self.position.get(page[-1][cut:])
-        return (last if last is not None else start), len(page)

@@ -1,0 +1,68 @@
+"""The runs of units a learner believes free: finding them, drawing one, and pages."""
+
+from __future__ import annotations
+
+import uuid
+
+from gradientmail import from_url
+from gradientmail.mailbox import SupportsListStartAfter
+from gradientmail.patterns.free_runs import PAGE, FreeRuns
+
+
+def ids(n: int) -> list[str]:
+    return [f"u{i:05d}" for i in range(n)]
+
+
+def runs_of(n: int) -> FreeRuns:
+    return FreeRuns(ids(n), b"seed")
+
+
+def test_runs_are_cut_to_the_stretch_asked_for() -> None:
+    view = runs_of(20)
+    for p in (0, 1, 5, 6, 7, 12, 19):
+        view.taken[p] = 1
+    assert view.runs() == [(2, 3), (8, 4), (13, 6)]
+    assert view.runs(3, 10) == [(3, 2), (8, 3)]
+    assert view.runs(6, 7) == []
+    assert view.runs(18, 30) == [(18, 1)]
+    assert view.pick_run(shortest=5) == (13, 6)  # the only run of five or more
+    assert view.pick_run(within=(0, 4), shortest=4) is None
+
+
+def test_the_run_after_a_position_wraps_to_the_front() -> None:
+    view = runs_of(20)
+    view.taken[:] = b"\x01" * 20
+    view.taken[2:4] = b"\x00\x00"
+    view.taken[9:15] = b"\x00" * 6
+    assert view.run_after(3) == (9, 6)
+    assert view.run_after(9) == (10, 5)  # the rest of a run the position is in
+    assert view.run_after(14) == (2, 2)  # past the end: from the front
+    assert view.run_after(14, shortest=3) == (9, 6)
+    assert view.run_after(3, shortest=7) is None
+
+
+def test_marks_are_only_added_and_a_view_with_none_free_is_exhausted() -> None:
+    view = runs_of(5)
+    view.mark(["u00001", "u00003", "not-a-unit"])  # identifiers outside the order are ignored
+    assert view.runs() == [(0, 1), (2, 1), (4, 1)]
+    assert not view.exhausted()
+    view.mark(ids(5))
+    assert view.exhausted()
+
+
+def test_a_page_marks_its_claims_and_says_how_far_it_reached() -> None:
+    identifiers = ids(3 * PAGE)
+    box = from_url(f"memory://runs-{uuid.uuid4().hex}")
+    claimed = [p for p in range(len(identifiers)) if p % 2]  # every other unit
+    for p in claimed:
+        assert box.put_if_absent("units/" + identifiers[p], b"{}")
+    assert isinstance(box, SupportsListStartAfter)  # memory:// starts listings after a key
+    view = FreeRuns(identifiers, b"seed")
+    last, listed = view.list_page(box, "units/", 10)
+    assert listed == PAGE
+    assert last == 11 + 2 * (PAGE - 1)  # the last of the 1000 claims listed after unit 9
+    assert [p for p in range(10, last + 1) if view.taken[p]] == list(range(11, last + 1, 2))
+    assert not any(view.taken[:10])
+    assert not any(view.taken[last + 1 :])
+    last, listed = view.list_page(box, "units/", last + 1)
+    assert (last, listed) == (len(identifiers) - 1, len(claimed) - PAGE - 5)  # reached the end
