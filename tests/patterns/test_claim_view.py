@@ -186,6 +186,24 @@ def test_a_short_run_in_a_long_order_is_left_to_its_walker_and_the_share_sweeper
     assert rested == len(MEMBERS) - SWEEPERS
 
 
+def test_a_run_nobody_walks_is_taken_whole_by_either_sweeper_alone() -> None:
+    """Its learner died: whichever sweeper of the stretch comes, it takes every unit, the
+    first from the run's last unit back, the second from its middle unit back and then from
+    the last unit back to the middle."""
+    free = range(20 * PAGE + 500, 20 * PAGE + 510)
+    identifiers, box = end_of_epoch(free)
+    walks = []
+    for name in MEMBERS:
+        view = paged(identifiers, name)
+        view.members = MEMBERS
+        if 20 in view.share():
+            position, _, _ = view.sweep(box, PREFIX, [20])
+            walks.append(walk(view, position))
+    assert sorted(walks) == sorted(
+        [list(reversed(free)), [*reversed(free[:6]), *reversed(free[6:])]]
+    )
+
+
 def test_a_walk_stops_short_of_where_another_member_starts() -> None:
     """Every learner draws the others' starting points as they do: a walk ends on the unit
     before the next member's first one, where it would otherwise lose a claim, and that

@@ -419,11 +419,12 @@ class View(FreeRuns):
                     if self.learner_id in ring.successors(f"stretch {stretch}", SWEEPERS)[1:]:
                         # The second sweeper: from the middle free unit of the stretch, so
                         # that two sweepers at once do not claim the same units.
+                        # It walks back from there, then on to the units after it, each
+                        # run from its end again: a run nobody walks is still taken whole.
                         free = [i for i in range(q, until + 1) if not self.taken[i]]
-                        middle = free[len(free) // 2]
-                        self._from_end(middle, until)
-                        self.next = middle
-                        return middle, listings, keys
+                        self.backward = True
+                        self.run_end = self.next = free[len(free) // 2]
+                        return self.next, listings, keys
                     return self._from_end(q, until), listings, keys
                 p = self.taken.find(0, last + 1, end) if last + 1 < end else -1
         return None, listings, keys
