@@ -209,10 +209,19 @@ class View(FreeRuns):
     def _from_end(self, q: int, limit: int) -> int:
         """Walk the free run at ``q`` backward from its last unit (at most ``limit``)."""
         end = self.taken.find(1, q, limit + 1)
-        last = limit if end < 0 else end - 1
+        return self._back_from(limit if end < 0 else end - 1)
+
+    def _back_from(self, p: int) -> int:
+        """Walk backward from ``p``; after it, the sparse page's runs after ``p``."""
         self.backward = True
-        self.run_end = self.next = last
-        return last
+        self.run_end = self.next = p
+        return p
+
+    def _forward_from(self, p: int) -> int:
+        """Walk forward from ``p``."""
+        self.backward = False
+        self.next = p
+        return p
 
     def start_at(self, alone: bool) -> None:
         """Choose the first position: the first unit for a learner alone, else a point
@@ -279,9 +288,7 @@ class View(FreeRuns):
             # split it, and meet only when both have walked a quarter of it.
             offset = int(length * self.rng.uniform(0.25, 0.75))
         self.jumps += 1
-        self.backward = False
-        self.next = start + offset
-        return self.next, listings, keys
+        return self._forward_from(start + offset), listings, keys
 
     def _verified_run(
         self, mailbox: Mailbox, prefix: str
@@ -365,9 +372,7 @@ class View(FreeRuns):
         self.dry = 0
         self.sparse_until = -1
         self.jumps += 1
-        self.backward = False
-        self.next = start + int(length * self.rng.uniform(0.25, 0.75))
-        return self.next, 1, listed
+        return self._forward_from(start + int(length * self.rng.uniform(0.25, 0.75))), 1, listed
 
     def share(self, member: str | None = None) -> list[int]:
         """The stretches of :data:`PAGE` units that ``member`` (default: this learner)
@@ -382,8 +387,12 @@ class View(FreeRuns):
         """
         me = self.learner_id if member is None else member
         ring = Ring([*self.members, me])
-        stretches = range(self.pages)
-        return [s for s in stretches if me in ring.successors(f"stretch {s}", SWEEPERS)]
+        return [s for s in range(self.pages) if me in self._sweepers(ring, s)]
+
+    @staticmethod
+    def _sweepers(ring: Ring, stretch: int) -> list[str]:
+        """The members that sweep ``stretch``, first sweeper first."""
+        return ring.successors(f"stretch {stretch}", SWEEPERS)
 
     def sweep(
         self, mailbox: Mailbox, prefix: str, stretches: list[int]
@@ -402,7 +411,6 @@ class View(FreeRuns):
         """
         assert isinstance(mailbox, SupportsListStartAfter)
         listings = keys = 0
-        ring = Ring([*self.members, self.learner_id])
         for stretch in stretches:
             first, end = stretch * PAGE, min((stretch + 1) * PAGE, len(self.taken))
             p = self.taken.find(0, first, end)
@@ -416,15 +424,14 @@ class View(FreeRuns):
                     self.dry = 0
                     self.resting = False
                     self.sparse_until = until
-                    if self.learner_id in ring.successors(f"stretch {stretch}", SWEEPERS)[1:]:
+                    ring = Ring([*self.members, self.learner_id])
+                    if self.learner_id in self._sweepers(ring, stretch)[1:]:
                         # The second sweeper: from the middle free unit of the stretch, so
-                        # that two sweepers at once do not claim the same units.
-                        # It walks back from there, then on to the units after it, each
-                        # run from its end again: a run nobody walks is still taken whole.
+                        # that two sweepers at once do not claim the same units. It walks
+                        # back from there, then on to the units after it, each run from its
+                        # end again: a run nobody walks is still taken whole.
                         free = [i for i in range(q, until + 1) if not self.taken[i]]
-                        self.backward = True
-                        self.run_end = self.next = free[len(free) // 2]
-                        return self.next, listings, keys
+                        return self._back_from(free[len(free) // 2]), listings, keys
                     return self._from_end(q, until), listings, keys
                 p = self.taken.find(0, last + 1, end) if last + 1 < end else -1
         return None, listings, keys
