@@ -29,6 +29,17 @@ def test_runs_are_cut_to_the_stretch_asked_for() -> None:
     assert view.pick_run(within=(0, 4), shortest=4) is None
 
 
+def test_long_runs_are_drawn_in_proportion_to_the_square_of_their_length() -> None:
+    # A jump costs about one lost claim whatever the run's length, and takes about half of
+    # it: a long run gives more work per lost claim.
+    view = runs_of(13)
+    view.taken[10] = 1  # free runs: (0, 10) and (11, 2)
+    draws = [view.pick_run() for _ in range(2000)]
+    assert set(draws) == {(0, 10), (11, 2)}  # the short run is still drawn sometimes
+    # 100 / 104 = 96 % by the square; 10 / 12 = 83 % in proportion to the length alone
+    assert 0.93 * 2000 < draws.count((0, 10)) < 0.99 * 2000
+
+
 def test_the_run_after_a_position_wraps_to_the_front() -> None:
     view = runs_of(20)
     view.taken[:] = b"\x01" * 20

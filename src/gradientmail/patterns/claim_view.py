@@ -12,10 +12,12 @@ and keeps to its own stretch of it:
   are drawn the same way), and its walk stops short of the next one's first unit instead
   of losing a claim on it.
 * After a lost claim, or on reaching a unit it knows is taken (a *wall*), a learner *jumps*
-  into a run of units it believes free, drawn in proportion to the runs' lengths, at a
-  point drawn from its own seed (the learner id) in the middle half of the run: learners
-  that jump together spread over the free runs, and two that land in one run split it
-  instead of colliding at once.
+  into a run of units it believes free, drawn in proportion to the square of the runs'
+  lengths (long runs give more work per lost claim; see
+  :meth:`~gradientmail.patterns.free_runs.FreeRuns.pick_run`), at a point drawn from its
+  own seed (the learner id) in the middle half of the run: learners that jump together
+  spread over the free runs, and two that land in one run split it instead of colliding at
+  once.
 * Where the mailbox starts listings in the store (``Capability.LIST_START_AFTER``) and the
   preference order is the identifiers' sorted order (the order keys list in), a jump first
   lists a page of claims from the start of the run it chose, and then chooses only in the
