@@ -65,7 +65,7 @@ PREFETCH_UNITS = 4
 PREFIX = "units/"
 
 
-def drawing_by(power: float) -> type[View]:
+def drawing_by(power: int) -> type[View]:
     """A view whose jumps draw runs in proportion to their length to ``power`` (the
     shipped view draws by the square)."""
 
@@ -77,8 +77,14 @@ def drawing_by(power: float) -> type[View]:
             runs = [run for run in runs if run[1] >= shortest]
             if not runs:
                 return None
+            # The shipped draw's arithmetic: with power 1 this is the old rule exactly.
             weights = [length**power for _, length in runs]
-            return self.rng.choices(runs, weights)[0]
+            point = self.rng.randrange(sum(weights))
+            for run, weight in zip(runs, weights, strict=True):
+                if point < weight:
+                    return run
+                point -= weight
+            return runs[-1]
 
     return PowerDraw
 
@@ -210,8 +216,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--baseline-power",
-        type=float,
-        default=1.0,
+        type=int,
+        default=1,
         help="the baseline draws runs in proportion to their length to this power",
     )
     args = parser.parse_args()
