@@ -70,21 +70,8 @@ def drawing_by(power: int) -> type[View]:
     shipped view draws by the square)."""
 
     class PowerDraw(View):
-        def pick_run(
-            self, within: tuple[int, int] | None = None, shortest: int = 1
-        ) -> tuple[int, int] | None:
-            runs = self.runs() if within is None else self.runs(*within)
-            runs = [run for run in runs if run[1] >= shortest]
-            if not runs:
-                return None
-            # The shipped draw's arithmetic: with power 1 this is the old rule exactly.
-            weights = [length**power for _, length in runs]
-            point = self.rng.randrange(sum(weights))
-            for run, weight in zip(runs, weights, strict=True):
-                if point < weight:
-                    return run
-                point -= weight
-            return runs[-1]
+        def weight(self, length: int) -> int:
+            return int(length**power)
 
     return PowerDraw
 

@@ -96,12 +96,17 @@ class FreeRuns:
             runs = [run for run in runs if run[1] >= shortest]
         if not runs:
             return None
-        point = self.rng.randrange(sum(length * length for _, length in runs))
-        for start, length in runs:
-            if point < length * length:
-                return start, length
-            point -= length * length
+        weights = [self.weight(length) for _, length in runs]
+        point = self.rng.randrange(sum(weights))
+        for run, weight in zip(runs, weights, strict=True):
+            if point < weight:
+                return run
+            point -= weight
         return runs[-1]  # pragma: no cover - the draw is below the total
+
+    def weight(self, length: int) -> int:
+        """How much :meth:`pick_run` favours a run of ``length`` units: the square."""
+        return length * length
 
     def run_after(self, last: int, shortest: int = 1) -> tuple[int, int] | None:
         """The first run believed free after position ``last``, wrapping to the front.
