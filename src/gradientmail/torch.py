@@ -1,4 +1,7 @@
-"""``gradientmail.torch``: a ``shared_queue`` as an ``IterableDataset`` for torch's DataLoader.
+"""``gradientmail.torch``: the DataLoader adapter, and one model trained by unequal learners.
+
+:class:`Exchange` and :func:`load_shared` are documented in ``docs/exchange.md``; below, the
+DataLoader adapter: a ``shared_queue`` as an ``IterableDataset``.
 
 Needs torch (``pip install 'gradientmail[torch]'``, or any torch >= 2.13 you already have);
 ``import gradientmail`` never imports this module::
@@ -69,6 +72,10 @@ from typing import Any, TypeVar
 import torch.distributed
 from torch.utils.data import IterableDataset, get_worker_info
 
+from gradientmail._exchange.learner import Exchange
+from gradientmail._exchange.rules import Average, DelayedNesterov
+from gradientmail._exchange.stats import ExchangeStats
+from gradientmail._exchange.store import load_shared
 from gradientmail.backends.options import positive, redact
 from gradientmail.errors import ConfigurationError
 from gradientmail.identity import learner_id as launcher_learner_id
@@ -78,7 +85,14 @@ from gradientmail.patterns.preference import preference_order
 from gradientmail.patterns.shared_queue import DEFAULT_LEASE, shared_queue
 from gradientmail.session import Session, active_session
 
-__all__ = ["SharedQueueDataset"]
+__all__ = [
+    "Average",
+    "DelayedNesterov",
+    "Exchange",
+    "ExchangeStats",
+    "SharedQueueDataset",
+    "load_shared",
+]
 
 T = TypeVar("T")
 

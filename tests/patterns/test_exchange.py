@@ -1,0 +1,366 @@
+"""Asynchronous parameter exchange: one model from learners of unequal speed.
+
+Exactness comes from integer steps: every parameter starts as an integer, each local step
+subtracts an integer, and with ``outer_lr=1, staleness=None`` an exchange moves the shared
+parameters by exactly the learner's progress. So the final shared model must equal the
+initial one minus the sum of every step of every learner, whatever interleaving happened:
+a delta applied twice, or lost, shows as a wrong integer.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gradientmail import (  # noqa: E402 - after the importorskip above
+    Capability,
+    ConfigurationError,
+    LeaseLostError,
+    Mailbox,
+    NotSupportedError,
+    OutcomeUnknownError,
+    from_url,
+)
+from gradientmail.torch import DelayedNesterov, Exchange, load_shared  # noqa: E402
+from tests.support.delegating import Delegating  # noqa: E402
+from tests.support.exchange_workers import (  # noqa: E402
+    flat,
+    integer_model,
+    integer_steps,
+    progress,
+)
+from tests.support.rigs import Rig  # noqa: E402
+
+#: Backends whose compare-and-swap is atomic under races (moto's is not: it double-wins).
+THREAD_RIGS = ["rig_memory", "rig_file", "rig_s3_seaweed", "rig_gcs", "rig_azure"]
+PROCESS_RIGS = ["rig_file", "rig_s3_seaweed", "rig_gcs", "rig_azure"]
+CTX = mp.get_context("spawn")
+
+
+def initial() -> Any:
+    return flat(integer_model())
+
+
+def shared_now(box: Mailbox) -> Any:
+    model = integer_model()
+    load_shared(model, box)
+    return flat(model)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)  # polling a condition, bounded by the deadline
+
+
+def _more(exchange: Exchange, than: int) -> bool:
+    return exchange.stats.exchanges > than
+
+
+def exact_steps(
+    box: Mailbox, learner: str, steps: int, size: int, every: int = 2, lockstep: bool = False
+) -> int:
+    """In this thread: integer steps through an exact Exchange; return the total delta.
+
+    With ``lockstep``, each step waits until the exchange it started was applied, so that
+    every ``every`` steps make one exchange.
+    """
+    model = integer_model()
+    with Exchange(
+        model,
+        mailbox=box,
+        learner_id=learner,
+        every=every,
+        outer_lr=1.0,
+        staleness=None,
+        max_staleness=None,
+        fragment_bytes=16,
+    ) as exchange:
+        for _ in range(steps):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= size
+            applied = exchange.stats.exchanges
+            exchange.step()
+            if lockstep and exchange.stats.steps % every == 0:
+                wait_until(partial(_more, exchange, applied), 60, "the exchange")
+    assert exchange.stats.exchanges >= 1
+    return -size * steps
+
+
+# -- exactly once -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rig_name", THREAD_RIGS)
+def test_sixteen_threads_apply_every_delta_exactly_once(
+    request: pytest.FixtureRequest, rig_name: str
+) -> None:
+    rig: Rig = request.getfixturevalue(rig_name)
+    box = rig.fresh()
+    totals: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            totals[i] = exact_steps(rig.open(box.url), f"t{i}", steps=12, size=i + 1, every=3)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert len(totals) == 16
+    assert torch.equal(shared_now(box), initial() + sum(totals.values()))
+
+
+@pytest.mark.parametrize("rig_name", PROCESS_RIGS)
+def test_four_processes_apply_every_delta_exactly_once(
+    request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
+) -> None:
+    rig: Rig = request.getfixturevalue(rig_name)
+    box = rig.fresh()
+    procs = [
+        CTX.Process(target=integer_steps, args=(box, f"p{i}", 10, i + 1, str(tmp_path / f"p{i}")))
+        for i in range(4)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=300)
+        assert proc.exitcode == 0
+    totals = [json.loads((tmp_path / f"p{i}").read_text())["total"] for i in range(4)]
+    assert torch.equal(shared_now(box), initial() + sum(totals))
+
+
+class LosesSwapResponses(Delegating):
+    """Every ``every``-th swap lands in the store, and its caller hears OutcomeUnknownError."""
+
+    def __init__(self, inner: Mailbox, every: int = 2) -> None:
+        super().__init__(inner)
+        self.every = every
+        self.swaps = 0
+        self.lost = 0
+
+    def put_if_match(self, key: str, data: bytes, version: Any) -> Any:
+        result = self.inner.put_if_match(key, data, version)
+        self.swaps += 1
+        if self.swaps % self.every == 0:
+            self.lost += 1
+            raise OutcomeUnknownError(f"response lost (test) for {key}", key=key)
+        return result
+
+
+def test_lost_swap_responses_are_settled_by_the_ledger_exactly_once(box: Mailbox) -> None:
+    lossy = LosesSwapResponses(box)
+    total = exact_steps(lossy, "lossy", steps=12, size=3, lockstep=True)  # type: ignore[arg-type]
+    other = exact_steps(box, "plain", steps=6, size=5)
+    assert lossy.lost >= 3, "the test lost responses, landed and refused ones alike"
+    assert torch.equal(shared_now(box), initial() + total + other)
+
+
+# -- one start, late joins, restarts, refusals ----------------------------------------------------
+
+
+def test_late_joiner_starts_from_the_current_shared_version() -> None:
+    box = from_url("memory://exchange-late-join")
+    exact_steps(box, "early", steps=6, size=2)
+    late = torch.nn.Linear(4, 3)  # other initial values: the shared ones must replace them
+    with Exchange(late, mailbox=box, learner_id="late") as exchange:
+        assert torch.equal(flat(late), shared_now(box))
+        assert exchange.stats.version > 0
+
+
+def test_a_restart_with_the_same_id_continues_its_ledger_and_fences_the_old_process() -> None:
+    box = from_url("memory://exchange-restart")
+    old_model, new_model = integer_model(), integer_model()
+    old = Exchange(old_model, mailbox=box, learner_id="same", every=1, outer_lr=1.0)
+    old.__enter__()
+    old.step()
+    wait_until(lambda: old.stats.exchanges == 1, 30, "the first exchange")
+    with Exchange(new_model, mailbox=box, learner_id="same", every=1) as new:
+        assert torch.equal(flat(new_model), shared_now(box))
+        with pytest.raises(LeaseLostError, match="newer process"):  # noqa: PT012 - a loop
+            for _ in range(1000):  # the old one's next exchange finds itself fenced
+                old.step()
+                time.sleep(0.01)  # pacing the loop while the thread reads the head
+        with pytest.raises(LeaseLostError):  # and leaving does not hide it
+            old.__exit__(None, None, None)
+        new.step()
+    assert new.stats.exchanges == 1
+    head = json.loads(box.get("exchange/model/head"))
+    assert head["learners"]["same"]["seq"] == 2, "the restart continued the old ledger"
+
+
+def test_a_model_of_another_shape_is_refused_naming_the_first_difference() -> None:
+    box = from_url("memory://exchange-shape")
+    with Exchange(integer_model(), mailbox=box, learner_id="a"):
+        pass
+    with pytest.raises(ConfigurationError, match=r"weight \(3, 4\).*weight \(4, 4\)|weight"):
+        Exchange(torch.nn.Linear(4, 4), mailbox=box, learner_id="b").__enter__()
+    with pytest.raises(ConfigurationError, match="does not match"):
+        load_shared(torch.nn.Linear(4, 4), box)
+
+
+class NoCompareAndSwap(Delegating):
+    def supports(self, capability: Capability) -> bool:
+        return capability is not Capability.COMPARE_AND_SWAP and self.inner.supports(capability)
+
+
+def test_a_store_without_compare_and_swap_is_refused() -> None:
+    box = NoCompareAndSwap(from_url("memory://exchange-no-cas"))
+    with pytest.raises(NotSupportedError, match="compare-and-swap"):
+        Exchange(integer_model(), mailbox=box, learner_id="a")  # type: ignore[arg-type]
+
+
+# -- kill and pause -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rig_name", PROCESS_RIGS)
+def test_a_killed_learner_stalls_no_one_and_no_version_is_ever_half_written(
+    request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
+) -> None:
+    rig: Rig = request.getfixturevalue(rig_name)
+    box = rig.fresh()
+    victim = CTX.Process(
+        target=integer_steps,
+        args=(box, "victim", 10_000, 1, str(tmp_path / "victim")),
+        kwargs={"step_s": 0.01},
+    )
+    victim.start()
+    wait_until(lambda: progress(str(tmp_path / "victim")) >= 4, 120, "the victim's steps")
+    others = [
+        CTX.Process(target=integer_steps, args=(box, f"o{i}", 12, 7, str(tmp_path / f"o{i}")))
+        for i in range(2)
+    ]
+    for proc in others:
+        proc.start()
+    # A reader that checks every version it sees while the writers and the kill go on: each
+    # learner subtracts the same integer from every parameter, so a version whose fragments
+    # came from two writes would not be the initial values minus one constant.
+    seen: list[float] = []
+
+    def read_versions() -> None:
+        while any(p.is_alive() for p in others):
+            offset = shared_now(box) - initial()
+            assert torch.all(offset == offset[0]), offset
+            seen.append(float(offset[0]))
+
+    reader = threading.Thread(target=read_versions)
+    reader.start()
+    wait_until(lambda: progress(str(tmp_path / "o0")) >= 2, 120, "the others' steps")
+    os.kill(victim.pid or 0, signal.SIGKILL)  # mid-run: it exchanges every other step
+    victim.join(timeout=60)
+    for proc in others:
+        proc.join(timeout=300)
+        assert proc.exitcode == 0
+    reader.join(timeout=60)
+    assert seen, "the reader read versions during the run"
+    offset = shared_now(box) - initial()
+    assert torch.all(offset == offset[0])
+    survivors = sum(json.loads((tmp_path / f"o{i}").read_text())["total"] for i in range(2))
+    applied_by_victim = float(offset[0]) - survivors
+    assert applied_by_victim <= 0
+    assert applied_by_victim == int(applied_by_victim)
+
+
+def test_a_paused_learner_stalls_no_one_and_its_delta_still_counts_once(
+    rig_file: Rig, tmp_path: Path
+) -> None:
+    box = rig_file.fresh()
+    paused = CTX.Process(
+        target=integer_steps,
+        args=(box, "paused", 20, 1, str(tmp_path / "paused")),
+        kwargs={"step_s": 0.01},
+    )
+    paused.start()
+    wait_until(lambda: progress(str(tmp_path / "paused")) >= 3, 120, "the paused one's steps")
+    os.kill(paused.pid or 0, signal.SIGSTOP)
+    try:
+        other = CTX.Process(target=integer_steps, args=(box, "other", 10, 5, str(tmp_path / "o")))
+        other.start()
+        other.join(timeout=300)
+        assert other.exitcode == 0, "the other learner finished while one was stopped"
+    finally:
+        os.kill(paused.pid or 0, signal.SIGCONT)
+    paused.join(timeout=300)
+    assert paused.exitcode == 0
+    totals = [json.loads((tmp_path / name).read_text())["total"] for name in ("paused", "o")]
+    assert torch.equal(shared_now(box), initial() + sum(totals))
+
+
+def test_a_delta_staler_than_the_bound_is_dropped_and_the_learner_adopts_the_current() -> None:
+    box = from_url("memory://exchange-stale")
+    slow_model = integer_model()
+    with Exchange(slow_model, mailbox=box, learner_id="slow", every=1, max_staleness=2) as slow:
+        exact_steps(box, "fast", steps=8, size=1, every=1, lockstep=True)  # 8 versions
+        with torch.no_grad():
+            for p in slow_model.parameters():
+                p -= 100
+        slow.step()
+        wait_until(lambda: slow.stats.dropped == 1, 30, "the stale delta's drop")
+        slow.step()  # adopts the current version
+        assert torch.equal(flat(slow_model), shared_now(box))
+    assert torch.equal(shared_now(box), initial() - 8)
+
+
+# -- stability -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", ["average", "delayed-nesterov"])
+def test_outer_rules_converge_with_stale_deltas_at_a_speed_ratio_of_eight(rule: str) -> None:
+    """Least squares on 6 learners paced 1x to 8x: the loss falls, nothing diverges."""
+    box = from_url(f"memory://exchange-stability-{rule}")
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=generator)
+    y = x @ torch.randn(8, 1, generator=generator)
+
+    def loss_of(model: torch.nn.Module) -> float:
+        with torch.no_grad():
+            return float(torch.nn.functional.mse_loss(model(x), y))
+
+    start = loss_of(torch.nn.Linear(8, 1).requires_grad_(False))
+    staleness: list[float] = []
+    outer = DelayedNesterov(lr=0.7, momentum=0.9) if rule == "delayed-nesterov" else "average"
+
+    def learner(i: int, pace: int) -> None:
+        torch.manual_seed(i)
+        model = torch.nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        with Exchange(model, mailbox=box, learner_id=f"s{i}", every=5, outer=outer) as ex:
+            for step in range(160 // pace):
+                rows = torch.arange(step * 16, step * 16 + 16) % 256
+                loss = torch.nn.functional.mse_loss(model(x[rows]), y[rows])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                ex.step()
+                time.sleep(0.002 * pace)  # pacing: an 8x slower GPU, not synchronisation
+        staleness.append(ex.stats.staleness_mean)
+
+    threads = [
+        threading.Thread(target=learner, args=(i, p)) for i, p in enumerate([1, 1, 2, 2, 4, 8])
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    final = torch.nn.Linear(8, 1)
+    load_shared(final, box)
+    assert sum(staleness) / len(staleness) >= 3, staleness  # the premise: stale deltas
+    assert loss_of(final) < 0.05 * start, (loss_of(final), start)

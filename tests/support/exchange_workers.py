@@ -1,0 +1,79 @@
+"""Learner processes for the exchange tests: integer steps, so outcomes are exact."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from gradientmail import Mailbox
+
+#: Every learner starts from these parameters, whoever publishes first.
+SHAPE = (3, 4)
+
+
+def integer_model() -> torch.nn.Module:
+    """A small model whose parameters are integers, identical on every learner."""
+    model = torch.nn.Linear(SHAPE[1], SHAPE[0])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.arange(p.numel(), dtype=torch.float32).view_as(p) * 10)
+    return model
+
+
+def flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def integer_steps(
+    box: Mailbox,
+    learner: str,
+    steps: int,
+    size: int,
+    out: str,
+    every: int = 2,
+    step_s: float = 0.0,
+    fragment_bytes: int = 16,
+) -> None:
+    """Take ``steps`` local steps of ``-size`` on every parameter; write the total to ``out``.
+
+    Progress lines (``{"steps": n}``) are appended to ``out + ".log"`` after each step, so a
+    test can act once a learner has made some.
+    """
+    from gradientmail.torch import Exchange
+
+    model = integer_model()
+    log = Path(out + ".log")
+    with Exchange(
+        model,
+        mailbox=box,
+        learner_id=learner,
+        every=every,
+        outer_lr=1.0,
+        staleness=None,
+        max_staleness=None,
+        fragment_bytes=fragment_bytes,
+    ) as exchange:
+        for step in range(steps):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= size
+            exchange.step()
+            with log.open("a") as f:
+                f.write(
+                    json.dumps({"steps": step + 1, "exchanges": exchange.stats.exchanges}) + "\n"
+                )
+            if step_s:
+                time.sleep(step_s)  # pacing: a slower learner, not synchronisation
+    Path(out).write_text(json.dumps({"total": -size * steps, "stats": exchange.stats.exchanges}))
+
+
+def progress(out: str) -> int:
+    """How many steps the learner writing ``out`` has logged."""
+    try:
+        lines = Path(out + ".log").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    return len(lines)
