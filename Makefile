@@ -19,7 +19,7 @@ AZURITE := azurite@3.35.0
 WORKERS ?= 4
 PYTEST_PARALLEL := -n $(WORKERS) --dist worksteal
 
-.PHONY: demo test test-fast wheel-check lint bench mutants clean
+.PHONY: demo test test-fast stress wheel-check lint bench mutants clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ test: lint .emulators/node_modules/.bin/azurite-blob
 
 test-fast: $(VENV)/.test-installed .emulators/node_modules/.bin/azurite-blob
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow"
+
+# The stress tests (marked slow) at their full size: CI runs them at a smaller one
+# (tests/support/stress.py says how each shrinks, and where its power is shown anyway).
+stress: $(VENV)/.test-installed .emulators/node_modules/.bin/azurite-blob
+	GM_STRESS=full $(BIN)/python -m pytest $(PYTEST_PARALLEL) -m slow
 
 wheel-check: $(VENV)/.test-installed
 	$(BIN)/python -m pytest tests/core/test_packaging.py

@@ -38,6 +38,7 @@ import pytest
 
 from gradientmail import Mailbox
 from gradientmail.conformance import MailboxConformance, SuiteOptions
+from tests.support import stress
 from tests.support.rigs import Rig
 
 LINE = re.compile(r"^(PASS|FAIL|SKIP|INCONCLUSIVE)  (\S+)\s+[\d.]+s  (.*)$")
@@ -265,20 +266,27 @@ class TestFileBaseClass(MailboxConformance):
 @pytest.mark.emulator
 @pytest.mark.slow
 @pytest.mark.timeout(960)  # the race itself may take up to 900 s on a loaded machine
-def test_atomic_emulator_passes_at_bound_0_001(request: pytest.FixtureRequest) -> None:
-    """GCS (fake-gcs-server): 2995 contested keys, shared by threads and processes.
+def test_atomic_emulator_passes_at_a_tight_bound(request: pytest.FixtureRequest) -> None:
+    """GCS (fake-gcs-server): thousands of contested keys, shared by threads and processes.
 
+    At 0.1 % (2995 keys) with ``GM_STRESS=full``; CI runs 0.3 % (998 keys), since an atomic
+    store passing at 0.1 % is shown in every CI run by
+    ``tests/conformance/test_conformance_power.py::test_atomic_file_store_passes_at_bound_0_001``.
     Eight threads rather than sixteen halve the requests per key and leave the bound as it
     is (it counts keys, not racers). Measured on 2 cores shared with other jobs (load ~15):
-    147 s with 8 threads, 266 s with 16; with 16 on a quiet machine, 89 s.
+    147 s with 8 threads at 0.1 %, 266 s with 16; with 16 on a quiet machine, 89 s.
     """
     rig: Rig = request.getfixturevalue("rig_gcs")
-    args = ("--only", "race-threads,race-processes", "--bound", "0.001", "--threads", "8")
+    bound, keys, threads, processes, shown = (
+        ("0.001", 2995, 1498, 1497, r"0\.1") if stress.FULL else ("0.003", 998, 499, 499, r"0\.3")
+    )
+    args = ("--only", "race-threads,race-processes", "--bound", bound, "--threads", "8")
     done, failed = _run(rig, _url(rig), *args, *PATIENT, timeout=900)
     lines = done.stdout.splitlines()
     assert failed == {}, done.stdout
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2995 contested keys (1498 by up to 8 threads, 1497 by up to 4 processes)" in lines[1]
+    expected = f"{keys} contested keys ({threads} by up to 8 threads, {processes} by up to 4"
+    assert expected in lines[1], lines[1]
     assert re.search(
-        r"0 double winners in \d{4,} contested keys, so .* more than 0\.1 %", lines[-1]
-    )
+        rf"0 double winners in \d{{3,}} contested keys, so .* more than {shown} %", lines[-1]
+    ), lines[-1]

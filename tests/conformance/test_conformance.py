@@ -36,6 +36,7 @@ from gradientmail.conformance.properties import property_named
 from gradientmail.conformance.races import race_put_if_absent
 from gradientmail.errors import OutcomeUnknownError
 from gradientmail.mailbox import BytesLike, Conflict, Version
+from tests.support import stress
 from tests.support.rigs import Rig
 
 LINE = re.compile(r"^(PASS|FAIL|SKIP)  (\S+) +\d+\.\ds  \S")
@@ -175,16 +176,22 @@ def test_cli_default_run_fails_check_then_write_across_processes(tmp_path: Path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # 40 full CLI runs: 51 s alone, over 250 s beside other stress runs
-def test_default_cli_run_fails_check_then_write_in_20_of_20_runs(
+def test_default_cli_run_fails_check_then_write_in_every_run(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """The whole default run, 20 times; then the process races 20 times on the shared fake."""
-    for run in range(20):
+    """The whole default run, N times; then the process races N times on the shared fake.
+
+    N is 20 with ``GM_STRESS=full`` and 4 in CI: the per-run power of the race properties
+    against a store that is rarely non-atomic is measured in test_conformance_power.py
+    (19 of 20 runs at 0.2 % of keys); here every run must catch an always-racy store.
+    """
+    runs = stress.size(ci=4, full=20)
+    for run in range(runs):
         status, lines = run_cli(capsys, f"check-then-write://full{run}")
         assert status == 1, f"run {run}:\n" + "\n".join(lines)
         assert outcomes(lines)["race-threads"] == "FAIL"
         assert "winners (racer-" in detail(lines, "race-threads")
-    for run in range(20):
+    for run in range(runs):
         status, lines = run_cli(
             capsys, f"check-then-write://{tmp_path}", "--only", "race-processes"
         )
@@ -235,7 +242,9 @@ def test_seed_replays_the_same_shrunk_program_of_the_stateful_model() -> None:
     ]
     assert [r.returncode for r in runs] == [1, 1]
     reports = [r.stdout.splitlines()[1:] for r in runs]  # the header names a fresh prefix
-    programs = [[re.sub(r"\d+\.\ds", "", line) for line in report] for report in reports]
+    # Durations differ from run to run, and so does the padding that aligns them: compare
+    # the words (a 9.8 s run and a 10.2 s one differ in a column's width alone).
+    programs = [[re.sub(r"\d+\.\ds", "", line).split() for line in report] for report in reports]
     assert programs[0] == programs[1]
     assert "Replay with --seed 42" in reports[0][-1]
     # The shrunk program: create a key twice, and the second create "wins".
