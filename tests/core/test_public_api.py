@@ -526,7 +526,14 @@ PUBLIC_API: dict[str, list[str]] = {
         "S3_LIKE",
         "key_group",
     ],
-    "gradientmail.torch": ["SharedQueueDataset"],
+    "gradientmail.torch": [
+        "Average",
+        "DelayedNesterov",
+        "Exchange",
+        "ExchangeStats",
+        "SharedQueueDataset",
+        "load_shared",
+    ],
     "gradientmail.urls": [
         "BUILTIN_SCHEMES",
         "ENTRY_POINT_GROUP",

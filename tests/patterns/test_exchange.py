@@ -364,3 +364,25 @@ def test_outer_rules_converge_with_stale_deltas_at_a_speed_ratio_of_eight(rule: 
     load_shared(final, box)
     assert sum(staleness) / len(staleness) >= 3, staleness  # the premise: stale deltas
     assert loss_of(final) < 0.05 * start, (loss_of(final), start)
+
+
+# -- status ---------------------------------------------------------------------------------------
+
+
+def test_status_shows_the_shared_model_version_and_each_learners_exchanges(
+    rig_file: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gradientmail.cli import main
+
+    box = rig_file.fresh()
+    exact_steps(box, "a", steps=6, size=1, every=2, lockstep=True)
+    exact_steps(box, "b", steps=4, size=1, every=2, lockstep=True)
+    version = load_shared(integer_model(), box)
+    assert main(["status", box.url]) == 0  # a shared model alone is a run to report
+    out = capsys.readouterr().out
+    assert f"shared model 'model': version {version}, 2 learners" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
+    assert rows["a"][1] == "3"  # three exchanges applied: 6 steps, every 2
+    assert rows["b"][1] == "2"
+    assert rows["b"][2] == "0", "b ran alone: nobody applied between its anchor and exchange"
+    assert out.count(", left") == 2

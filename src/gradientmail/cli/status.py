@@ -1,4 +1,4 @@
-"""``gradientmail status URL``: print a run's learners, units and ETA.
+"""``gradientmail status URL``: print a run's learners, units and ETA, and its shared models.
 
 Exit status: 0 for a report (and, with ``--watch``, once the run is complete); 1 when the URL
 holds no run, when a learner failed, or, with ``--watch``, when work is left but no learner
@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+from gradientmail._exchange.report import format_shared_models, read_shared_models
 from gradientmail.backends.options import redact
 from gradientmail.errors import ConfigurationError
 from gradientmail.status import format_status, plot_gantt, read_status
@@ -54,10 +55,14 @@ def run(args: argparse.Namespace) -> int:
     mailbox = from_url(args.url)
     while True:
         status = read_status(mailbox, args.epoch)
+        models = format_shared_models(read_shared_models(mailbox))
         if not status.exists:
+            if models:
+                print(models, flush=True)
+                return 0
             print(f"no run at {mailbox.url}: no manifest, learner or claim", file=sys.stderr)
             return 1
-        text = format_status(status)
+        text = format_status(status) + (f"\n\n{models}" if models else "")
         if args.watch and sys.stdout.isatty():
             text = "\x1b[2J\x1b[H" + text
         print(text, flush=True)
