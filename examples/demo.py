@@ -1,9 +1,10 @@
-"""The README's demo (`make demo`): four learners of unequal speed share one dataset.
+"""The README's demo (`make demo`): four learners of unequal speed train one model.
 
-Each learner trains its own, independent model on the shards it claims (four separate
-models, not one data-parallel run). It runs ``train_shared_queue.py`` on an embedded
-``file://`` store in a temporary directory: no network, no GPU. See that file for what
-happens and what is printed; ``train_ddp.py`` trains one model on every rank with DDP.
+They share one dataset through a shared queue and one model through an ``Exchange``, and
+the demo compares the time to a loss with lockstep data parallel on the same batches. It
+runs ``train_shared_queue.py`` on an embedded ``file://`` store in a temporary directory: no
+network, no GPU. See that file for what happens and what is printed; ``train_ddp.py``
+trains one model on every rank with DDP.
 """
 
 from __future__ import annotations

@@ -305,7 +305,10 @@ class Exchange:
             now = time.time()
             active = len(set(head.active_learners(now, self.lease)) | {self.learner_id})
             parts = [current[i * self.numel : (i + 1) * self.numel] for i in range(self.rule.parts)]
-            weight = 0.0 if dropped else staleness_weight(tau, self.staleness)
+            # Staleness beyond one round of the others (active - 1 versions) is what a delta
+            # is damped for: with N learners exchanging in turn, N - 1 is the normal case.
+            excess = max(0, tau - (active - 1))
+            weight = 0.0 if dropped else staleness_weight(excess, self.staleness)
             new_parts, rule_state = self.rule.apply(parts, delta * weight, active, head.rule_state)
             state = torch.cat(new_parts)
             version = head.version + 1
