@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from gradientmail import Mailbox, from_url
 from gradientmail.cli import main
+from gradientmail.patterns import shared_queue as shared_queue_module
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.session import Session
 from gradientmail.status import RunStatus, data_wait_share, format_status, read_status
+from tests.support.handoff_probe import WatchedBuffer, watched
 from tests.support.rigs import Rig
 
 UNITS = {f"u{i:02d}": i for i in range(6)}
@@ -31,46 +33,120 @@ def fast_load(unit: int) -> Iterator[int]:
     yield from (unit * 10 + k for k in range(3))
 
 
+@pytest.fixture
+def buffers(monkeypatch: pytest.MonkeyPatch) -> list[WatchedBuffer]:
+    """The buffers of the queues this test opens, watched (the last is the newest)."""
+    made: list[WatchedBuffer] = []
+    monkeypatch.setattr(shared_queue_module, "HandoffBuffer", watched(made))
+    return made
+
+
+def starving_load(
+    buffers: list[WatchedBuffer], inside: list[float]
+) -> Callable[[int], Iterator[int]]:
+    """A loader slower than its consumer, provably: it makes each item only once the
+    consumer is blocked on the empty buffer, so the consumer waits for every item, and the
+    stretch it spends making the item (appended to ``inside``) lies within that wait."""
+
+    def load(unit: int) -> Iterator[int]:
+        for k in range(3):
+            began = buffers[-1].consumer_blocked()
+            time.sleep(ITEM_S)  # the store or disk is slow: the workload, not synchronisation
+            inside.append(time.perf_counter() - began)
+            yield unit * 10 + k
+
+    return load
+
+
+def timed_next(iterator: Iterator[Any]) -> tuple[list[Any], float]:
+    """Every item of ``iterator``, and the seconds spent inside its ``next()`` calls."""
+    got: list[Any] = []
+    in_next = 0.0
+    while True:
+        began = time.perf_counter()
+        try:
+            got.append(next(iterator))
+        except StopIteration:
+            break
+        finally:
+            in_next += time.perf_counter() - began
+    return got, in_next
+
+
 def record(box: Mailbox, learner: str) -> dict[str, Any]:
     return json.loads(box.get(f"learners/{learner}"))  # type: ignore[no-any-return]
 
 
-def test_the_queue_reports_its_wait_to_the_session_which_publishes_it(rig_memory: Rig) -> None:
+def test_the_queue_reports_its_wait_to_the_session_which_publishes_it(
+    rig_memory: Rig, buffers: list[WatchedBuffer]
+) -> None:
     box = rig_memory.fresh()
+    inside: list[float] = []
+    load = starving_load(buffers, inside)
     with (
         Session(box, "starving", publish_every=60) as session,
-        shared_queue(UNITS, mailbox=box, learner_id="starving", load=slow_load) as items,
+        shared_queue(UNITS, mailbox=box, learner_id="starving", load=load) as items,
     ):
         for _ in items:
             pass
         waited = items.stats.wait_s
-    assert waited > 0
+    assert len(inside) == 3 * len(UNITS)
+    assert 0.0 < sum(inside) <= waited, "the consumer waited for every item"
     # Every wait the consumer had was reported, and nothing else.
     assert session.data_wait_s == pytest.approx(waited, rel=1e-9)
     assert record(box, "starving")["data_wait_s"] == pytest.approx(waited, rel=1e-9)
 
 
-def lone_run(box: Mailbox, name: str, load: Any, step_s: float) -> RunStatus:
-    """One learner over its own run; the status read after it finished."""
+def lone_run(
+    box: Mailbox,
+    name: str,
+    load: Any,
+    step: Callable[[], None] = lambda: None,
+    wait_for_others: bool = True,
+) -> RunStatus:
+    """One learner over its own run, calling ``step`` before each ``next()``; the status
+    read after it finished."""
     with (
         Session(box, name, publish_every=60),
-        shared_queue(UNITS, mailbox=box, learner_id=name, load=load) as items,
+        shared_queue(
+            UNITS, mailbox=box, learner_id=name, load=load, wait_for_others=wait_for_others
+        ) as items,
     ):
-        for _ in items:
-            time.sleep(step_s)  # the training step's compute, not synchronisation
+        while True:
+            step()
+            try:
+                next(items)
+            except StopIteration:
+                break
     return read_status(box)
 
 
-def test_status_tells_a_starving_learner_from_a_fed_one(rig_memory: Rig) -> None:
-    starving = lone_run(rig_memory.fresh(), "starving", slow_load, 0.0)
-    fed = lone_run(rig_memory.fresh(), "fed", fast_load, 3 * ITEM_S)
+def test_status_tells_a_starving_learner_from_a_fed_one(
+    rig_memory: Rig, buffers: list[WatchedBuffer]
+) -> None:
+    inside: list[float] = []
+    starving = lone_run(rig_memory.fresh(), "starving", starving_load(buffers, inside))
+    # The fed learner's step lasts until its loader has the next item buffered (and, as it
+    # has no one to wait for, queues the end as soon as the last unit is loaded): every
+    # next() finds its item there, so its loop never waits.
+    fed = lone_run(
+        rig_memory.fresh(),
+        "fed",
+        fast_load,
+        step=lambda: buffers[-1].next_item_ready(),
+        wait_for_others=False,
+    )
     starving_share = data_wait_share(starving.learners[0], starving.now)
     fed_share = data_wait_share(fed.learners[0], fed.now)
     assert starving_share is not None
     assert fed_share is not None
-    # The starving loop does nothing but wait; the fed one computes while the loader runs.
-    assert starving_share > 0.5
-    assert fed_share < 0.5
+    # The starving loop waited for every item, and its record holds all of that wait; the
+    # fed loop never waited, and its record says so exactly.
+    assert len(inside) == 3 * len(UNITS)
+    assert 0.0 < sum(inside) <= starving.learners[0]["data_wait_s"]
+    assert starving_share > 0.0
+    assert fed.learners[0]["data_wait_s"] == 0.0
+    assert fed_share == 0.0
     text = format_status(starving)
     header, _, row = text.splitlines()[:3]
     assert "data wait %" in header
@@ -94,38 +170,48 @@ def test_the_figure_is_the_share_of_the_time_until_the_last_report() -> None:
     assert format_status(old).splitlines()[2][column] == "-"
 
 
-def test_timed_measures_the_loop_and_does_not_count_the_queue_twice(rig_memory: Rig) -> None:
+def test_timed_measures_the_loop_and_does_not_count_the_queue_twice(
+    rig_memory: Rig, buffers: list[WatchedBuffer]
+) -> None:
     box = rig_memory.fresh()
-    began = time.perf_counter()
+    inside: list[float] = []
+    load = starving_load(buffers, inside)
     with (
         Session(box, "timed", publish_every=60) as session,
-        shared_queue(UNITS, mailbox=box, learner_id="timed", load=slow_load) as items,
+        shared_queue(UNITS, mailbox=box, learner_id="timed", load=load) as items,
     ):
-        for _ in session.timed(items):
-            pass
+        got, in_next = timed_next(session.timed(items))
         queue_wait = items.stats.wait_s
-    elapsed = time.perf_counter() - began
-    # timed() saw at least what the queue waited, and the queue's reports were not added on
-    # top of it (which would push the total past the time the loop ran).
-    assert session.data_wait_s >= queue_wait > 0
-    assert session.data_wait_s <= elapsed
+    assert len(got) == len(inside) == 3 * len(UNITS)
+    # timed() saw at least what the queue waited (which holds every stretch the loader
+    # spent making an item), and the queue's reports were not added on top of it (which
+    # would push the total past the time the loop spent in next()).
+    assert session.data_wait_s >= queue_wait >= sum(inside) > 0.0
+    assert session.data_wait_s <= in_next
 
 
 def test_timed_over_any_iterable_counts_the_wait_for_each_item(rig_memory: Rig) -> None:
     session = Session(rig_memory.fresh(), "loader", publish_every=60)
+    inside: list[float] = []  # each batch's making, measured inside the iterable
 
     def batches() -> Iterator[int]:
         for n in range(3):
+            began = time.perf_counter()
             time.sleep(ITEM_S)  # a slow DataLoader, the workload
+            inside.append(time.perf_counter() - began)
             yield n
 
     with session:
-        assert list(session.timed(batches())) == [0, 1, 2]
-    assert session.data_wait_s >= 3 * ITEM_S * 0.9
+        got, in_next = timed_next(session.timed(batches()))
+    assert got == [0, 1, 2]
+    # Each batch's making lies inside the next() that waited for it: the data wait holds
+    # all three, and no more than the time spent in next().
+    assert len(inside) == 3
+    assert 0.0 < sum(inside) <= session.data_wait_s <= in_next
 
 
 def test_the_cli_prints_the_column(rig_file: Rig, capsys: pytest.CaptureFixture[str]) -> None:
     url = rig_file.url()
-    lone_run(from_url(url), "a", slow_load, 0.0)
+    lone_run(from_url(url), "a", slow_load)
     assert main(["status", url]) == 0
     assert "data wait %" in capsys.readouterr().out

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +55,6 @@ class Run:
     #: a global order of events: ("put", n) after each put, ("exit", consumer) at StopIteration
     events: list[tuple[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    wall: float = 0.0
 
     def record(self, kind: str, value: Any) -> None:
         with self.lock:
@@ -110,11 +109,9 @@ def run_case1(
         threading.Thread(target=consume, args=(f"c{i}",), name=f"consumer-c{i}")
         for i in range(consumers)
     ]
-    start = time.perf_counter()
     for thread in threads:
         thread.start()
     _join(threads)
-    run.wall = time.perf_counter() - start
     return run
 
 
@@ -139,9 +136,41 @@ def assert_exits_after_last_item(run: Run) -> None:
 RATES = {"t0": 0.002, "t1": 0.003, "t2": 0.004, "t3": 0.006, "t4": 0.008}
 
 
+def watch_handoffs(pipe: Pipeline[Any]) -> Counter[str]:
+    """Count, at each hand-off, whether a consumer could idle beside a buffered item.
+
+    The in-process transport's buffer and its queue of waiting consumers are replaced by
+    deques that look at each other on every append, under the transport's lock (every append
+    happens under it): a consumer that starts to wait while an item is buffered, or an item
+    buffered while a consumer waits, is a consumer idling beside work, however short.
+    """
+    core = pipe._transport
+    seen: Counter[str] = Counter()
+
+    class Buffer(deque[Any]):
+        def append(self, entry: Any) -> None:
+            seen["buffered"] += 1
+            if core.waiters:
+                seen["buffered while a consumer waited"] += 1
+            super().append(entry)
+
+    class Waiters(deque[Any]):
+        def append(self, waiter: Any) -> None:
+            seen["waits"] += 1
+            if core.buffer:
+                seen["waits begun beside a buffered item"] += 1
+            super().append(waiter)
+
+    assert not core.buffer, "watch a pipeline before it is used"
+    assert not core.waiters, "watch a pipeline before it is used"
+    core.buffer, core.waiters = Buffer(), Waiters()
+    return seen
+
+
 def test_case1_exactly_once_no_idle_consumer_and_clean_exit() -> None:
     """5 producers at different rates, 3 consumers: exactly once, nobody idles beside work."""
     pipe = Pipeline.in_process(list(RATES), capacity=8, stall_timeout=30)
+    seen = watch_handoffs(pipe)
     counts = dict.fromkeys(RATES, 60)  # equal counts at unequal rates: staggered finishes
     run = run_case1(pipe, counts, produce_time=RATES.__getitem__, consume_time=0.004)
     assert not run.errors, run.errors
@@ -150,12 +179,17 @@ def test_case1_exactly_once_no_idle_consumer_and_clean_exit() -> None:
     stats = pipe.stats()
     assert stats.produced == stats.consumed == sum(counts.values())
     assert {p: s.items for p, s in stats.producers.items()} == counts
+    # No consumer ever waited while an item sat in the buffer, counted at every hand-off
+    # (how long such idling lasts, as a share of the run, is benchmarks/pipeline.py's
+    # case 1). Both paths ran: consumers waited, and items were buffered.
+    assert seen["waits begun beside a buffered item"] == 0, seen
+    assert seen["buffered while a consumer waited"] == 0, seen
+    assert seen["waits"] > 0, seen
+    assert seen["buffered"] > 0, seen
     for name, consumer in stats.consumers.items():
         idle = consumer.idle_while_available_s
-        assert idle is not None
-        assert idle < 0.05 * run.wall, (
-            f"{name} idled {idle:.4f}s while items were waiting, in a {run.wall:.2f}s run"
-        )
+        assert idle is not None, f"{name}: measured in process"
+        assert idle >= 0.0, f"{name}: {idle}"
         assert consumer.items > 0, f"{name} got nothing"
 
 
@@ -290,14 +324,20 @@ def test_backpressure_holds_the_producer_at_capacity() -> None:
     out = pipe.producer("p")
     for seq in range(3):
         out.put(seq)
+    assert pipe.stats().producers["p"].blocked_s == 0.0, "a put that found room never blocks"
+    began = time.perf_counter()
     with pytest.raises(PipelineStalledError, match="3 items are buffered"):
         out.put(3)
+    stalled_for = time.perf_counter() - began
+    # The stalled put's wait is counted, and it is no longer than the call that stalled.
+    blocked = pipe.stats().producers["p"].blocked_s
+    assert 0.0 < blocked <= stalled_for, (blocked, stalled_for)
     consumer = pipe.consumer()
     assert next(consumer) == 0
     out.put(3)  # room again
+    assert pipe.stats().producers["p"].blocked_s == blocked, "the put that found room waited"
     out.done()
     assert list(consumer) == [1, 2, 3]
-    assert pipe.stats().producers["p"].blocked_s >= 0.2
 
 
 def test_a_blocked_producer_resumes_when_a_consumer_takes_an_item() -> None:

@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -251,13 +250,24 @@ def test_a_restarted_consumer_takes_back_its_prefetched_items_without_waiting(
     victim = start_victim(rig_file, url, log, 3, signal.SIGKILL, options)
     reap([victim])
     taken_by_victim, _ = read_victim_log(str(log))
-    # A lease ten times the test's budget: the restarted id takes its own claims back at
-    # once; waiting for a lease to lapse would fail the timing below.
-    start = time.monotonic()
-    pipe = open_pipe(url, NAMES, **{**options, "lease": 300.0})
-    with pipe.consumer("victim") as items:
-        rest = [parse(item) for item in items]
-    assert time.monotonic() - start < 30
+    # An hour's lease: the restarted id takes its own claims back at once; a consumer that
+    # waited for its old lease to lapse would still be waiting when the join gives up.
+    pipe = open_pipe(url, NAMES, **{**options, "lease": 3600.0, "stall_timeout": None})
+    rest: list[Item] = []
+    errors: list[BaseException] = []
+
+    def restarted() -> None:
+        try:
+            with pipe.consumer("victim") as items:
+                rest.extend(parse(item) for item in items)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=restarted, daemon=True)  # daemon: a hang fails, not waits
+    thread.start()
+    thread.join(JOIN)
+    assert not thread.is_alive(), "the restarted consumer waited for its own lease (a hang)"
+    assert not errors, errors
     assert_delivered_once(rest, taken_by_victim, claims_of(from_url(url), COUNTS))
     assert pipe.stats().consumers["victim"].taken_over >= 1
 

@@ -7,6 +7,7 @@ producer processes are in ``test_pipeline_processes.py``.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -132,14 +133,24 @@ def test_backpressure_bounds_each_producers_unclaimed_items(rig: Rig) -> None:
     out = pipe.producer("a")
     out.put(payload("a", 0))
     out.put(payload("a", 1))
+    assert pipe.stats().producers["a"].blocked_s == 0.0, "puts within the share never wait"
+    began = time.perf_counter()
     with pytest.raises(PipelineStalledError, match="item #0 is still unclaimed"):
         out.put(payload("a", 2))
+    stalled_for = time.perf_counter() - began
+    # The stalled put's wait for room is counted, and no longer than the call that stalled.
+    blocked = pipe.stats().producers["a"].blocked_s
+    assert 0.0 < blocked <= stalled_for, (blocked, stalled_for)
     box = rig.open(url)
     assert len(list(box.list("items/a/"))) == 2
     consumer = open_pipe(url, names, rig.options, capacity=4, prefetch=1).consumer("c")
     assert parse(next(consumer)) == ("a", 0)
+    began = time.perf_counter()
     out.put(payload("a", 2))  # item 0 is claimed: room for one more
-    assert pipe.stats().producers["a"].blocked_s >= 0.3
+    put_for = time.perf_counter() - began
+    # Its one check for room (item 0's claim, found at once) adds at most that call's time.
+    after = pipe.stats().producers["a"].blocked_s
+    assert blocked <= after <= blocked + put_for, (blocked, after, put_for)
     consumer.close()
     out.done()
 
@@ -209,13 +220,17 @@ def test_abort_stops_a_producer_held_by_backpressure(rig: Rig) -> None:
     out.put(payload("a", 0))
     errors: list[BaseException] = []
     returned = threading.Event()
+    held_for: list[float] = []  # the held put's call, measured around it
 
     def blocked_put() -> None:
+        began = time.perf_counter()
         try:
             out.put(payload("a", 1))
             returned.set()
         except BaseException as exc:  # noqa: BLE001 - checked by the test
             errors.append(exc)
+        finally:
+            held_for.append(time.perf_counter() - began)
 
     thread = threading.Thread(target=blocked_put, daemon=True)  # daemon: a hang fails, not waits
     thread.start()
@@ -232,7 +247,10 @@ def test_abort_stops_a_producer_held_by_backpressure(rig: Rig) -> None:
     assert [type(e) for e in errors] == [PipelineAbortedError]
     assert "stop now" in str(errors[0])
     assert list(rig.open(url).list("items/a/")) == [item_key("a", 0)]
-    assert pipe.stats().producers["a"].blocked_s > 0
+    # The wait counted is the held put's, which began before the abort (two room checks
+    # were seen first) and ended with it: some time, and no more than the call lasted.
+    (call,) = held_for
+    assert 0.0 < pipe.stats().producers["a"].blocked_s <= call, (held_for, pipe.stats())
 
 
 def test_leaving_early_stops_the_threads(rig: Rig) -> None:
