@@ -46,7 +46,7 @@ lint: $(VENV)/.test-installed
 	$(BIN)/mypy
 
 test: lint .emulators/node_modules/.bin/azurite-blob
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=15
 
 test-fast: $(VENV)/.test-installed .emulators/node_modules/.bin/azurite-blob
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow"
