@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from gradientmail._exchange.layout import Head, Keys, new_data_token, token_version
-from gradientmail.errors import ConfigurationError, KeyNotFoundError
+from gradientmail.errors import ConfigurationError, InvalidDataError, KeyNotFoundError
 from gradientmail.mailbox import Mailbox, Version
 from gradientmail.patterns.claims import decode_record, encode_record
 
@@ -185,9 +185,11 @@ class SharedStore:
         self.requests += count
         self.bytes_written += len(data)
         for index in range(count):
-            self.mailbox.put(
-                self.keys.fragment(token, index), data[index * step : (index + 1) * step]
-            )
+            # A create, not a put: the token is new, and on file:// a create takes no lock,
+            # so a learner stopped mid-write holds up no one else's writes.
+            key = self.keys.fragment(token, index)
+            if not self.mailbox.put_if_absent(key, data[index * step : (index + 1) * step]):
+                raise InvalidDataError(f"{key} existed before this learner wrote it")
         return token, count
 
     def delete_data(self, token: str, count: int) -> None:
