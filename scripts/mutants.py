@@ -457,6 +457,82 @@ MUTANTS: tuple[Mutant, ...] = (
         "validate_key lets a '..' segment through, so a key can name a path outside "
         "its directory on file:// and differ between stores",
     ),
+    # -- the asynchronous parameter exchange ----------------------------------------------------
+    Mutant(
+        "exchange-ledger-ignored",
+        "_exchange/learner.py",
+        (("            if entry.seq >= pending:", "            if False:"),),
+        (
+            "tests/patterns/test_exchange.py::test_lost_swap_responses_are_settled_by_the_ledger_exactly_once",
+        ),
+        "after a lost response the exchange applies its delta again instead of reading the "
+        "ledger: a swap that landed is applied twice",
+    ),
+    Mutant(
+        "exchange-no-fence",
+        "_exchange/membership.py",
+        (
+            (
+                "        return entry is not None and entry.incarnation == self.incarnation",
+                "        return entry is not None",
+            ),
+        ),
+        (
+            "tests/patterns/test_exchange.py::test_a_restart_with_the_same_id_continues_its_ledger_and_fences_the_old_process",
+        ),
+        "a restarted learner does not fence the old process, which goes on applying with "
+        "the same ledger entry",
+    ),
+    Mutant(
+        "exchange-adopt-drops-local-steps",
+        "_exchange/learner.py",
+        (
+            (
+                "shared.to(current.device) + (current - self._snapshot))",
+                "shared.to(current.device))",
+            ),
+        ),
+        ("tests/patterns/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
+        "adopting a shared version throws away the local steps made while the exchange ran",
+    ),
+    Mutant(
+        "exchange-stale-cache",
+        "_exchange/learner.py",
+        (
+            (
+                "        if self._cached is not None and self._cached[0] == head.token:",
+                "        if self._cached is not None:",
+            ),
+        ),
+        ("tests/patterns/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
+        "a learner applies its delta to the version it last saw instead of the current one, "
+        "overwriting the others' progress",
+    ),
+    Mutant(
+        "exchange-leave-without-final",
+        "_exchange/learner.py",
+        (
+            (
+                "            if exc_type is None:\n                self._leave()",
+                "            if False:\n                self._leave()",
+            ),
+        ),
+        ("tests/patterns/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
+        "leaving the with block normally does not exchange the steps made since the last exchange",
+    ),
+    Mutant(
+        "exchange-fragments-after-head",
+        "_exchange/store.py",
+        (
+            (
+                "                raise Superseded(head.token) from exc",
+                '                chunks.append(b"")',
+            ),
+        ),
+        ("tests/patterns/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
+        "a reader that meets a collected fragment uses what it has instead of reading the "
+        "head again: a version read half from another",
+    ),
 )
 
 
