@@ -488,7 +488,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/learner.py",
         (
             (
-                "shared.to(current.device) + (current - self._snapshot))",
+                "shared.to(current.device) + (current - self._snapshot.to(current.device)))",
                 "shared.to(current.device))",
             ),
         ),

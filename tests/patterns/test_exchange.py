@@ -260,6 +260,7 @@ def test_a_killed_learner_stalls_no_one_and_no_version_is_ever_half_written(
             offset = shared_now(box) - initial()
             assert torch.all(offset == offset[0]), offset
             seen.append(float(offset[0]))
+            time.sleep(0.02)  # pacing the reads, so the reader does not starve the writers
 
     reader = threading.Thread(target=read_versions)
     reader.start()

@@ -43,7 +43,37 @@ DEFAULT_FRAGMENT_BYTES = 256 * 2**20
 class Exchange:
     """Train one model from learners of unequal speed, through the mailbox.
 
-    See :mod:`gradientmail.torch` for the guarantees; this class is exported there.
+    Every ``every`` calls of :meth:`step`, a background thread applies this learner's
+    progress since its anchor (the shared version it last adopted) to the current shared
+    parameters with compare-and-swap; a later :meth:`step` adopts the result, keeping the
+    local steps made meanwhile. ``docs/exchange.md`` has the rules, layout and costs.
+
+    Guarantees:
+        * Entering publishes ``model``'s parameters if no shared version exists, else loads
+          the current one into ``model``: every learner starts from the same weights.
+        * Each exchange is applied exactly once, after lost swaps and lost responses alike.
+        * No version is ever visible half-written; a killed learner stalls no one.
+        * :meth:`step` never waits for the store. Leaving normally exchanges the steps left
+          and waits for it; leaving through an exception applies nothing more.
+        * A newer process with the same ``learner_id`` fences this one: its next
+          :meth:`step` raises ``LeaseLostError``.
+
+    Args:
+        model: the module whose parameters are shared (buffers stay local).
+        mailbox: a mailbox with compare-and-swap (else ``NotSupportedError``).
+        learner_id: this learner's id; :func:`gradientmail.learner_id` by default.
+        every: local steps between exchanges.
+        outer, outer_lr: the rule (``"average"``, ``"delayed-nesterov"`` or an object) and
+            the named rule's step (``None``: its default).
+        staleness: the staleness weight's exponent; ``None`` for no weight.
+        max_staleness: drop a delta staler than this many versions; ``None`` never drops.
+        wire, fragment_bytes: the dtype stored and sent (``"float32"``, ``"bfloat16"``),
+            and the largest object written.
+        name, keep: the shared model's name (several may share a mailbox); versions kept.
+        lease: seconds after its last exchange a learner stops counting as active.
+
+    Raises:
+        ConfigurationError: a bad option, or on entering a model unlike the shared one.
     """
 
     def __init__(
@@ -157,7 +187,8 @@ class Exchange:
             self._adopt_locked()
             if self._snapshot is None and self._since >= self.every:
                 self._submit_locked(leaving=False)
-            self._add_blocked(time.perf_counter() - began)
+            blocked = self._stats.blocked_s + time.perf_counter() - began
+            self._stats = replace(self._stats, blocked_s=blocked)
 
     def __exit__(
         self,
@@ -205,12 +236,11 @@ class Exchange:
             return
         shared, _version = self._result
         current = flat(self.model)
-        assign(self.model, shared.to(current.device) + (current - self._snapshot))
+        assign(
+            self.model, shared.to(current.device) + (current - self._snapshot.to(current.device))
+        )
         self._result = None
         self._snapshot = None
-
-    def _add_blocked(self, seconds: float) -> None:
-        self._stats = replace(self._stats, blocked_s=self._stats.blocked_s + seconds)
 
     def _raise_failure(self) -> None:
         error = self._error
@@ -330,7 +360,8 @@ class Exchange:
                 self.membership.unknown_outcomes += 1
                 continue  # the next read of the head settles it; the fragments stay for sweep
             if not swapped:
-                self._count(conflicts=1)
+                with self._lock:
+                    self._stats = replace(self._stats, conflicts=self._stats.conflicts + 1)
                 store.delete_data(token, count)
                 continue
             store.collect(new, gone)
@@ -363,9 +394,3 @@ class Exchange:
                 staleness_max=max(s.staleness_max, tau),
             )
         return self._anchor, head.version
-
-    def _count(self, **fields: int) -> None:
-        with self._lock:
-            self._stats = replace(
-                self._stats, **{k: getattr(self._stats, k) + v for k, v in fields.items()}
-            )
