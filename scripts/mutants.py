@@ -488,8 +488,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/learner.py",
         (
             (
-                "shared.to(current.device) + (current - self._snapshot.to(current.device)))",
-                "shared.to(current.device))",
+                "shared.to(current.device) + (current - self._snapshot.to(current.device))\n",
+                "shared.to(current.device)\n",
             ),
         ),
         ("tests/patterns/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
@@ -529,7 +529,9 @@ MUTANTS: tuple[Mutant, ...] = (
                 '                chunks.append(b"")',
             ),
         ),
-        ("tests/patterns/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
+        (
+            "tests/patterns/test_exchange.py::test_a_version_collected_while_it_is_read_is_read_again_from_the_new_head",
+        ),
         "a reader that meets a collected fragment uses what it has instead of reading the "
         "head again: a version read half from another",
     ),

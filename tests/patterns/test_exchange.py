@@ -393,3 +393,33 @@ def test_status_shows_the_shared_model_version_and_each_learners_exchanges(
     assert rows["b"][1] == "2"
     assert rows["b"][2] == "0", "b ran alone: nobody applied between its anchor and exchange"
     assert out.count(", left") == 2
+
+
+class CollectsBeforeTheFirstFragmentRead(Delegating):
+    """Before the first fragment read, other learners apply enough versions that the one
+    being read is collected: the interleaving a slow reader meets on a busy run."""
+
+    def __init__(self, inner: Mailbox, advance: Callable[[], object]) -> None:
+        super().__init__(inner)
+        self.advance = advance
+        self.armed = True
+
+    def get(self, key: str) -> bytes:
+        if self.armed and "/data/" in key:
+            self.armed = False
+            self.advance()
+        return self.inner.get(key)
+
+
+def test_a_version_collected_while_it_is_read_is_read_again_from_the_new_head() -> None:
+    box = from_url("memory://exchange-collected")
+    exact_steps(box, "first", steps=2, size=1, lockstep=True)  # version 1
+    # Four more versions; three are kept, so version 1's fragments go before they are read.
+    reader = CollectsBeforeTheFirstFragmentRead(
+        box, partial(exact_steps, box, "other", 8, 1, 2, True)
+    )
+    model = integer_model()
+    version = load_shared(model, reader)  # type: ignore[arg-type]
+    assert not reader.armed, "the interleaving happened"
+    assert version == 5
+    assert torch.equal(flat(model), initial() - 10)
