@@ -64,9 +64,10 @@ def main() -> None:
     # Every rank must open the same run. The URL is agreed without a collective: torchrun
     # gives every rank of one job the same run id (see "Ending a DDP script" in
     # docs/training.md for why this script makes no collective of its own).
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
-    if run_id is None:
-        parser.error("run this under torchrun, which names the run (TORCHELASTIC_RUN_ID)")
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+    if run_id is None and args.url is None:
+        parser.error("outside torchrun (TORCHELASTIC_RUN_ID) or SLURM, pass --url")
+    run_id = run_id or "run"
     url = args.url or f"file://{Path(tempfile.gettempdir(), f'gm-ddp-{run_id}')}"
     box = gradientmail.from_url(url)
 
