@@ -36,6 +36,7 @@ from gradientmail import (  # noqa: E402 - after the importorskip above
 from gradientmail.torch import DelayedNesterov, Exchange, load_shared  # noqa: E402
 from tests.support.delegating import Delegating  # noqa: E402
 from tests.support.exchange_workers import (  # noqa: E402
+    exact_exchange,
     flat,
     integer_model,
     integer_steps,
@@ -79,16 +80,7 @@ def exact_steps(
     every ``every`` steps make one exchange.
     """
     model = integer_model()
-    with Exchange(
-        model,
-        mailbox=box,
-        learner_id=learner,
-        every=every,
-        outer_lr=1.0,
-        staleness=None,
-        max_staleness=None,
-        fragment_bytes=16,
-    ) as exchange:
+    with exact_exchange(model, box, learner, every) as exchange:
         for _ in range(steps):
             with torch.no_grad():
                 for p in model.parameters():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,6 +28,28 @@ def flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def exact_exchange(
+    model: torch.nn.Module, box: Mailbox, learner: str, every: int, fragment_bytes: int = 16
+) -> Any:
+    """An Exchange that moves the shared model by exactly each learner's progress.
+
+    ``outer_lr=1``, no staleness weight and no drop, in fragments of ``fragment_bytes`` (16:
+    a version spans several, so a half-written one would show).
+    """
+    from gradientmail.torch import Exchange
+
+    return Exchange(
+        model,
+        mailbox=box,
+        learner_id=learner,
+        every=every,
+        outer_lr=1.0,
+        staleness=None,
+        max_staleness=None,
+        fragment_bytes=fragment_bytes,
+    )
+
+
 def integer_steps(
     box: Mailbox,
     learner: str,
@@ -42,20 +65,9 @@ def integer_steps(
     Progress lines (``{"steps": n}``) are appended to ``out + ".log"`` after each step, so a
     test can act once a learner has made some.
     """
-    from gradientmail.torch import Exchange
-
     model = integer_model()
     log = Path(out + ".log")
-    with Exchange(
-        model,
-        mailbox=box,
-        learner_id=learner,
-        every=every,
-        outer_lr=1.0,
-        staleness=None,
-        max_staleness=None,
-        fragment_bytes=fragment_bytes,
-    ) as exchange:
+    with exact_exchange(model, box, learner, every, fragment_bytes) as exchange:
         for step in range(steps):
             with torch.no_grad():
                 for p in model.parameters():
