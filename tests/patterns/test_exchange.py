@@ -223,19 +223,23 @@ def test_a_store_without_compare_and_swap_is_refused() -> None:
 # -- kill and pause -------------------------------------------------------------------------------
 
 
+def start_paced(box: Mailbox, name: str, steps: int, tmp_path: Path, after: int) -> Any:
+    """A learner process taking steps of 1 every 10 ms; returned once it has made ``after``."""
+    out = str(tmp_path / name)
+    args = (box, name, steps, 1, out)
+    proc = CTX.Process(target=integer_steps, args=args, kwargs={"step_s": 0.01})
+    proc.start()
+    wait_until(lambda: progress(out) >= after, 120, f"{name}'s first {after} steps")
+    return proc
+
+
 @pytest.mark.parametrize("rig_name", PROCESS_RIGS)
 def test_a_killed_learner_stalls_no_one_and_no_version_is_ever_half_written(
     request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
 ) -> None:
     rig: Rig = request.getfixturevalue(rig_name)
     box = rig.fresh()
-    victim = CTX.Process(
-        target=integer_steps,
-        args=(box, "victim", 10_000, 1, str(tmp_path / "victim")),
-        kwargs={"step_s": 0.01},
-    )
-    victim.start()
-    wait_until(lambda: progress(str(tmp_path / "victim")) >= 4, 120, "the victim's steps")
+    victim = start_paced(box, "victim", 10_000, tmp_path, after=4)
     others = [
         CTX.Process(target=integer_steps, args=(box, f"o{i}", 12, 7, str(tmp_path / f"o{i}")))
         for i in range(2)
@@ -282,13 +286,7 @@ def test_a_paused_learner_stalls_no_one_and_its_delta_still_counts_once(
     request: pytest.FixtureRequest, rig_name: str, tmp_path: Path
 ) -> None:
     box = request.getfixturevalue(rig_name).fresh()
-    paused = CTX.Process(
-        target=integer_steps,
-        args=(box, "paused", 20, 1, str(tmp_path / "paused")),
-        kwargs={"step_s": 0.01},
-    )
-    paused.start()
-    wait_until(lambda: progress(str(tmp_path / "paused")) >= 3, 120, "the paused one's steps")
+    paused = start_paced(box, "paused", 20, tmp_path, after=3)
     os.kill(paused.pid or 0, signal.SIGSTOP)
     try:
         other = CTX.Process(target=integer_steps, args=(box, "other", 10, 5, str(tmp_path / "o")))
