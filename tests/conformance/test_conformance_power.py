@@ -20,6 +20,7 @@ from gradientmail.conformance import MailboxConformance, SuiteOptions
 from gradientmail.conformance.fakes import CheckThenWriteMailbox, in_fraction
 from gradientmail.conformance.power import double_win_bound, keys_for_bound
 from gradientmail.conformance.races import race_put_if_absent
+from tests.support import stress
 
 POWER = re.compile(
     r"0 double winners in (\d+) contested keys[:,] (?:so )?a store that lets two claimants "
@@ -108,17 +109,28 @@ def test_bound_prints_the_plan_and_an_estimate_before_racing(
 
 
 @pytest.mark.slow
-def test_atomic_file_store_passes_at_bound_0_001(
+def test_atomic_file_store_passes_a_tight_bound_shared_by_threads_and_processes(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Threads and processes share the 2995 keys; the thread races top up in batches."""
-    status, lines = run_cli(capsys, f"file://{tmp_path}", "--only", RACES, "--bound", "0.001")
+    """Threads and processes share the keys; the thread races top up in batches.
+
+    At 0.1 % (2995 keys) with ``GM_STRESS=full``, 0.3 % (998 keys) in CI: the plan at 0.1 %
+    runs in every CI run on ``memory://`` (below), and what ``file://`` adds is processes
+    racing beside threads for one plan's keys.
+    """
+    bound, keys, threads, processes, stated_bound = (
+        ("0.001", 2995, 1498, 1497, 0.1) if stress.FULL else ("0.003", 998, 499, 499, 0.3)
+    )
+    status, lines = run_cli(capsys, f"file://{tmp_path}", "--only", RACES, "--bound", bound)
     assert status == 0, "\n".join(lines)
-    assert "2995 contested keys (1498 by up to 16 threads, 1497 by up to 4 processes)" in lines[1]
+    assert (
+        f"{keys} contested keys ({threads} by up to 16 threads, {processes} by up to 4 processes)"
+        in lines[1]
+    )
     assert "batches of up to 250 keys, 16 threads" in lines[2]
-    total, bound = stated(lines[-1])
-    assert total >= 2995
-    assert float(bound) <= 0.1
+    total, shown = stated(lines[-1])
+    assert total >= keys
+    assert float(shown) <= stated_bound
     assert [p.name for p in tmp_path.iterdir()] == []
 
 

@@ -388,3 +388,34 @@ def test_preflight_gives_up_on_a_store_that_never_answers() -> None:
     assert problem is not None
     assert problem.summary == "the store does not answer"
     assert problem.cause.startswith("a put, get, list and delete did not complete within 0.5 s")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--only", "race-threads", "--threads", "1"],  # one thread: no race can be run
+        ["--only", "race-processes"],  # memory:// is not shared across processes
+        ["--only", "race-processes,cas-counter-processes"],
+    ],
+    ids=["one-thread", "processes-on-memory", "every-selected-skipped"],
+)
+def test_a_run_in_which_no_property_held_is_never_a_pass(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["conformance", "memory://nothing-tested", *argv])
+    lines = capsys.readouterr().out.splitlines()
+    assert set(outcomes(lines).values()) == {"SKIP"}, "\n".join(lines)
+    assert status == EXIT_STATUS[Verdict.INCONCLUSIVE] == 3, "\n".join(lines)
+    assert lines[-1].startswith("verdict: INCONCLUSIVE: no property was tested"), lines[-1]
+    assert "says nothing about the store" in lines[-1]
+    assert "PASS" not in lines[-1]
+
+
+def test_one_property_held_beside_skipped_ones_is_a_pass(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(["conformance", "memory://one-held", "--only", "race-threads,race-processes"])
+    lines = capsys.readouterr().out.splitlines()
+    assert outcomes(lines) == {"race-threads": "PASS", "race-processes": "SKIP"}
+    assert status == 0
+    assert lines[-1].startswith("verdict: PASS: 1 of 2 properties hold; 1 skipped")

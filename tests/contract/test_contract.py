@@ -137,6 +137,7 @@ def test_list_pages_past_a_thousand_keys(box: Mailbox) -> None:
     for key in keys:
         box.put(key, b"")
     assert list(box.list("many/")) == keys
+    assert list(box.list("many/001")) == keys[100:200]  # a sub-prefix within the pages
 
 
 @pytest.mark.parametrize(

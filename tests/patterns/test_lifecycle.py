@@ -134,15 +134,15 @@ def test_a_killed_learner_units_are_finished_by_the_others(
 def test_kill_one_learner_repeatedly(
     request: pytest.FixtureRequest, rig_name: str, runs: int, tmp_path: Path
 ) -> None:
-    """Random kill points, ``runs`` of them; on file:// 6 in CI (20 with ``GM_STRESS=full``).
+    """Random kill points, ``runs`` of them with ``GM_STRESS=full``; in CI 6 on file:// and 2
+    on each emulator (beside test_a_killed_learner_units_are_finished_by_the_others' one).
 
     Each kill point is also built on purpose, every run, by the kill tests above and by
     test_unit_claim_transitions.py, so CI's smaller sample keeps the random search's power
     over interleavings nobody wrote down, at a third of its cost.
     """
     rig: Rig = request.getfixturevalue(rig_name)
-    if rig_name == "rig_file":
-        runs = stress.size(ci=6, full=runs)
+    runs = stress.size(ci=6 if rig_name == "rig_file" else 2, full=runs)
     for run in range(runs):
         logs = tmp_path / f"run{run}"
         logs.mkdir()
@@ -436,8 +436,11 @@ def test_status_of_a_url_without_a_run_exits_1_and_creates_nothing(
 
 
 def test_completions_keep_up_units_held_stay_bounded(box: Mailbox) -> None:
-    """A fast loop never runs far ahead of its completion records (a kill loses little)."""
-    units = units_of(400)
+    """A fast loop never runs far ahead of its completion records (a kill loses little).
+
+    Every one of the 120 units is a chance to run ahead: the bound holds at each.
+    """
+    units = units_of(120)
     most = 0
     with shared_queue(units, mailbox=box, learner_id="solo", load=lambda u: [u], prefetch=2) as q:
         for _ in q:

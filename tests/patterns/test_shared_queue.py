@@ -116,15 +116,15 @@ def _assert_exactly_once(box: Mailbox, units: dict[str, str], got: dict[str, lis
 def _size_params() -> list[Any]:
     """2000 units on memory and file; on the emulators 300, and a larger run marked slow.
 
-    The larger emulator run has 2000 units with ``GM_STRESS=full`` and 800 in CI: the claim
+    The larger emulator run has 2000 units with ``GM_STRESS=full`` and 500 in CI: the claim
     walk at 2000 units is the same code on every backend, and runs at full size on memory
-    and file in every CI run; what the emulators add is their own races, which 800 units
+    and file in every CI run; what the emulators add is their own races, which 500 units
     by 8 threads still contest.
     """
     params = []
     for rig_name in RACE_RIGS:
         local = rig_name in ("rig_memory", "rig_file")
-        large = 2000 if local else stress.size(ci=800, full=2000)
+        large = 2000 if local else stress.size(ci=500, full=2000)
         params.append(
             pytest.param(
                 rig_name,

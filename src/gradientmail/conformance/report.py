@@ -12,7 +12,8 @@ FAIL               1     a property was violated, or broke the store; the report
                          *seen* failing (a precondition ignored, two winners, lost updates)
 INCONCLUSIVE       3     nothing failed, but something could not be tested: a missing
                          extra, credentials, bucket or endpoint, a store that stopped
-                         answering. Says nothing about safety
+                         answering, or every selected property skipped (no property
+                         held). Says nothing about safety
 (bad usage)        2     a bad URL or option, before anything ran
 =================  ====  ==================================================================
 """
@@ -126,6 +127,9 @@ class SuiteReport:
             return Verdict.FAIL
         if self.problem is not None or self.by_outcome(Outcome.INCONCLUSIVE):
             return Verdict.INCONCLUSIVE
+        if not self.by_outcome(Outcome.PASS):
+            # Every selected property was skipped: nothing was tested, so nothing passed.
+            return Verdict.INCONCLUSIVE
         return Verdict.PASS
 
     @property
@@ -220,6 +224,13 @@ class SuiteReport:
                 f"verdict: INCONCLUSIVE: {held} of {total} properties hold{notes}: {cause}. "
                 f"Nothing failed, and nothing here says the store is unsafe; "
                 f"{self.rerun_hint()}.{self.power()} Seed {seed}"
+            )
+        if not held:
+            return (
+                f"verdict: INCONCLUSIVE: no property was tested: {total} selected, {notes[2:]}. "
+                "A run in which nothing held says nothing about the store; select properties "
+                "this mailbox declares what they need for (see each SKIP line), or run "
+                f"without --only. Seed {seed}"
             )
         return f"verdict: PASS: {held} of {total} properties hold{notes}.{self.power()} Seed {seed}"
 
