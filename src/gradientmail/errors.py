@@ -42,6 +42,7 @@ __all__ = [
     "BucketNotFoundError",
     "ConfigurationError",
     "EndpointUnreachableError",
+    "ForeignRecordError",
     "GradientMailError",
     "InvalidDataError",
     "InvalidKeyError",
@@ -112,6 +113,21 @@ class InvalidDataError(GradientMailError, TypeError):
     Also raised for a released ``memoryview`` and for a ``version`` that is not a
     :class:`~gradientmail.mailbox.Version`.
     """
+
+
+class ForeignRecordError(GradientMailError, ValueError):
+    """A key in a namespace a pattern owns holds bytes that pattern did not write.
+
+    Raised instead of skipping the key, which would leave its unit (or item) unfinished
+    and a learner waiting for it forever. ``key`` names the key.
+    """
+
+    def __init__(self, key: str, what: str, owner: str, fix: str) -> None:
+        self.key = key
+        super().__init__(
+            f"key {key!r} holds bytes that are not {what}: {owner} owns the keys under it, "
+            f"and cannot tell what this one means; {fix}"
+        )
 
 
 class NotSupportedError(GradientMailError, NotImplementedError):

@@ -26,7 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradientmail.errors import KeyNotFoundError
+from gradientmail.backends.options import redact
+from gradientmail.errors import ForeignRecordError, KeyNotFoundError
 from gradientmail.mailbox import Capability, Mailbox, Version
 from gradientmail.patterns.claims import (
     ClaimRecord,
@@ -111,16 +112,33 @@ class UnitClaims:
         return None if won is None else Held(identifier, won[1])
 
     def read(self, identifier: str) -> tuple[ClaimRecord, Version] | None:
-        """The claim of ``identifier`` and its version; ``None`` if missing or unreadable."""
+        """The claim of ``identifier`` and its version; ``None`` if missing.
+
+        Raises:
+            ForeignRecordError: the key holds bytes no learner wrote (a claim is written
+                whole, so it is never half-readable): skipping it would leave the unit
+                unfinished and every learner waiting for it.
+        """
+        key = self.layout.units + identifier
         try:
-            data, version = self.mailbox.get_versioned(self.layout.units + identifier)
+            data, version = self.mailbox.get_versioned(key)
         except KeyNotFoundError:
             return None
         record = parse_claim(data)
-        return None if record is None else (record, version)
+        if record is None:
+            raise ForeignRecordError(
+                key,
+                "a shared_queue claim",
+                f"the shared_queue run at {redact(self.mailbox.url)}",
+                f"delete the key (box.delete({key!r})) if it is not part of the run, and keep "
+                "other data out of the run's keys (units/, done/, reclaimed/, idle/, epochs/, "
+                "leases/, learners/, complete and the "
+                "manifest), for example by giving the run a prefix of its own in the URL",
+            )
+        return record, version
 
     def read_all(self, identifiers: Iterable[str]) -> dict[str, tuple[ClaimRecord, Version]]:
-        """:meth:`read` for each identifier (one request each); unreadable ones are left out."""
+        """:meth:`read` for each identifier (one request each); missing ones are left out."""
         found = {}
         for identifier in identifiers:
             current = self.read(identifier)
