@@ -35,6 +35,8 @@ have imported them from before.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AccessDeniedError",
     "AtomicityViolationError",
@@ -57,6 +59,7 @@ __all__ = [
     "ProducerFailedError",
     "ProducerLostError",
     "ProducerRegistrationError",
+    "RunMismatchError",
     "TransientBackendError",
     "WorkerError",
 ]
@@ -68,6 +71,15 @@ class GradientMailError(Exception):
 
 class ConfigurationError(GradientMailError, ValueError):
     """A URL, scheme or option is malformed or unknown. The message lists what is accepted."""
+
+
+class RunMismatchError(ConfigurationError):
+    """The run at this URL has other units than this learner was given: it was refused.
+
+    Raised before the learner claims anything; a :class:`~gradientmail.session.Session`
+    left by it puts back the learner's record as it found it, so the run it was refused
+    by shows no trace of it.
+    """
 
 
 class MissingDependencyError(ConfigurationError, ImportError):
@@ -119,15 +131,20 @@ class ForeignRecordError(GradientMailError, ValueError):
     """A key in a namespace a pattern owns holds bytes that pattern did not write.
 
     Raised instead of skipping the key, which would leave its unit (or item) unfinished
-    and a learner waiting for it forever. ``key`` names the key.
+    and a learner waiting for it forever. ``key`` names the key (empty when the error was
+    rebuilt from its message alone, as torch's DataLoader does).
     """
 
-    def __init__(self, key: str, what: str, owner: str, fix: str) -> None:
+    def __init__(self, message: str, *, key: str = "") -> None:
         self.key = key
-        super().__init__(
-            f"key {key!r} holds bytes that are not {what}: {owner} owns the keys under it, "
-            f"and cannot tell what this one means; {fix}"
-        )
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_foreign_record_error, (str(self), self.key))
+
+
+def _rebuild_foreign_record_error(message: str, key: str) -> ForeignRecordError:
+    return ForeignRecordError(message, key=key)
 
 
 class NotSupportedError(GradientMailError, NotImplementedError):

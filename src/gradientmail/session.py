@@ -24,6 +24,11 @@ Guarantees
       times, which ``gradientmail status --plot`` draws as a Gantt chart.
     * Leaving publishes a final record: state ``finished``, or ``failed`` with the error's
       type when the block raised. The publisher thread has ended when ``__exit__`` returns.
+    * A learner the run refused leaves no trace: when the block raises
+      :class:`~gradientmail.errors.RunMismatchError` (the run at this URL has other units)
+      before the session counted anything, leaving puts back the record it found at
+      ``learners/{learner_id}`` (or removes its own), so ``gradientmail status`` of the run
+      that refused it is unchanged.
     * A failing publish never interrupts training: the error is kept in
       :attr:`Session.publish_error`, logged as a WARNING on the ``gradientmail.session``
       logger, and the next period tries again. The final publish on exit raises if it
@@ -49,10 +54,10 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from gradientmail.backends.options import redact
-from gradientmail.errors import BackendError, ConfigurationError
+from gradientmail.errors import BackendError, ConfigurationError, KeyNotFoundError, RunMismatchError
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns.claims import encode_record, read_record
+from gradientmail.patterns.claims import decode_record, encode_record
 from gradientmail.patterns.progress import (
     LEARNERS_PREFIX,
     active_queues,
@@ -109,6 +114,11 @@ class Session:
         self._lock = threading.Lock()  # guards units and the published snapshot
         # id → [claimed, started, finished, items, reclaimed]
         self._units: dict[str, list[Any]] = {}
+        #: The record found at ``learners/{id}`` on entering (``None``: none), and whether
+        #: it could be read at all; and the counters on entering.
+        self._found: bytes | None = None
+        self._found_read = False
+        self._entered: tuple[int, int, int, int] = (0, 0, 0, 0)
         self._units_finished = 0
         self._state = "new"
         self._error: str | None = None
@@ -288,6 +298,7 @@ class Session:
             )
         self._warn_if_queue_runs()
         self._resume()
+        self._entered = (self.steps, self.samples, self._units_finished, len(self._units))
         self._started_at = time.time()
         self._rate_mark = (time.monotonic(), self.samples)
         self._state = "running"
@@ -321,9 +332,13 @@ class Session:
         queue takes them back and reports them again.
         """
         try:
-            prior = read_record(self.mailbox, self.key)
+            self._found = self.mailbox.get(self.key)
+        except KeyNotFoundError:
+            self._found = None
         except BackendError:
-            prior = None
+            return
+        self._found_read = True
+        prior = None if self._found is None else decode_record(self._found)
         if not prior:
             return
         for entry in prior.get("units") or []:
@@ -348,6 +363,10 @@ class Session:
         if self._publisher is not None:
             self._publisher.join()
         self._finished_at = time.time()
+        refused = exc_type is not None and issubclass(exc_type, RunMismatchError)
+        if refused and self._found_read and self._untouched():
+            self._put_back()
+            return
         if exc_type is None:
             self._state = "finished"
         else:
@@ -365,6 +384,29 @@ class Session:
                 "learner %r could not publish its final state (%s) to %s: %s",
                 self.learner_id,
                 self._state,
+                redact(self.mailbox.url),
+                error,
+            )
+
+    def _untouched(self) -> bool:
+        """Nothing happened in this session: no step, sample, unit or data wait."""
+        return (self.steps, self.samples, self._units_finished, len(self._units)) == self._entered
+
+    def _put_back(self) -> None:
+        """Restore the record this session found (none: remove its own), as if never entered.
+
+        For a learner the run refused (:class:`RunMismatchError`): it took no part in that
+        run, so a finished learner of the same id stays finished in ``gradientmail status``.
+        """
+        try:
+            if self._found is None:
+                self.mailbox.delete(self.key)
+            else:
+                self.mailbox.put(self.key, self._found)
+        except BackendError as error:
+            _log.warning(
+                "learner %r, refused by the run, could not restore its earlier record at %s: %s",
+                self.learner_id,
                 redact(self.mailbox.url),
                 error,
             )

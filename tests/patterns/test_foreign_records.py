@@ -69,3 +69,13 @@ def test_after_the_foreign_key_is_removed_the_run_completes(box: Mailbox) -> Non
     rest, raised = _run_queue(box)
     assert raised is None, raised
     assert sorted(first + rest) == sorted(UNITS.values())
+
+
+def test_the_error_survives_pickling_and_a_rebuild_from_its_message() -> None:
+    import pickle
+
+    error = ForeignRecordError("key 'units/x' holds bytes ...", key="units/x")
+    again = pickle.loads(pickle.dumps(error))
+    assert (type(again), str(again), again.key) == (ForeignRecordError, str(error), "units/x")
+    rebuilt = ForeignRecordError(str(error))  # as torch's DataLoader rebuilds a worker's error
+    assert rebuilt.key == ""

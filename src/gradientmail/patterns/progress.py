@@ -51,7 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gradientmail.errors import ConfigurationError
+from gradientmail.errors import RunMismatchError
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns.claims import encode_record, read_record
 
@@ -140,7 +140,7 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
         matched an existing one (a resumed run, or another learner was first).
 
     Raises:
-        ConfigurationError: the run at this mailbox has other units; the message names the
+        RunMismatchError: the run at this mailbox has other units; the message names the
             counts and the first identifier (in sorted order) that differs.
     """
     ordered = sorted(identifiers)
@@ -159,7 +159,7 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
     if stored.get("digest") == digest:
         return False
     if "digest" not in stored:
-        raise ConfigurationError(
+        raise RunMismatchError(
             f"{mailbox.url} holds a run written without a unit digest "
             f"(manifest {stored}); start this run under a new prefix"
         )
@@ -177,7 +177,7 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
         shorter, longer = (ordered, theirs) if len(ordered) < len(theirs) else (theirs, ordered)
         extra = longer[len(shorter)] if len(longer) > len(shorter) else "?"
         first = f"{extra!r} is only in {'the run' if longer is theirs else 'this mapping'}"
-    raise ConfigurationError(
+    raise RunMismatchError(
         f"the run at {mailbox.url} has {stored.get('units')} units and this learner was given "
         f"{len(identifiers)} with a different set of identifiers (first difference: {first}); "
         "every learner must pass the same units mapping. To start a different job, use a new "

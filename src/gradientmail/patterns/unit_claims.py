@@ -127,13 +127,13 @@ class UnitClaims:
         record = parse_claim(data)
         if record is None:
             raise ForeignRecordError(
-                key,
-                "a shared_queue claim",
-                f"the shared_queue run at {redact(self.mailbox.url)}",
-                f"delete the key (box.delete({key!r})) if it is not part of the run, and keep "
-                "other data out of the run's keys (units/, done/, reclaimed/, idle/, epochs/, "
-                "leases/, learners/, complete and the "
-                "manifest), for example by giving the run a prefix of its own in the URL",
+                f"key {key!r} holds bytes that are not a shared_queue claim: the run at "
+                f"{redact(self.mailbox.url)} owns the keys under it, and cannot tell what "
+                f"this one means; delete the key (box.delete({key!r})) if it is not part of "
+                "the run, and keep other data out of the run's keys (units/, done/, "
+                "reclaimed/, idle/, epochs/, leases/, learners/, complete and the manifest), "
+                "for example by giving the run a prefix of its own in the URL",
+                key=key,
             )
         return record, version
 
