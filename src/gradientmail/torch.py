@@ -76,7 +76,7 @@ from gradientmail._exchange.learner import Exchange
 from gradientmail._exchange.rules import Average, DelayedNesterov
 from gradientmail._exchange.stats import ExchangeStats
 from gradientmail._exchange.store import load_shared
-from gradientmail.backends.options import positive, redact
+from gradientmail.backends.options import lease_seconds, positive, redact
 from gradientmail.errors import ConfigurationError
 from gradientmail.identity import learner_id as launcher_learner_id
 from gradientmail.keys import validate_segment
@@ -154,7 +154,7 @@ class SharedQueueDataset(IterableDataset[T]):
         self.prefetch = positive(prefetch, "prefetch", integer=True)
         self.order = order
         self.shuffle = shuffle
-        self.lease = float(positive(lease, "lease"))
+        self.lease = lease_seconds(lease)
         self.publish_every = float(positive(publish_every, "publish_every"))
         if not isinstance(wait_for_others, bool):
             raise ConfigurationError(f"wait_for_others must be True or False: {wait_for_others!r}")

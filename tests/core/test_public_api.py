@@ -106,8 +106,10 @@ PUBLIC_API: dict[str, list[str]] = {
         "start_hint",
     ],
     "gradientmail.backends.options": [
+        "LONGEST_PLAUSIBLE_LEASE",
         "SplitURL",
         "file_url",
+        "lease_seconds",
         "parse_bool",
         "parse_options",
         "positive",

@@ -23,7 +23,7 @@ from gradientmail._exchange.store import (
     flat,
 )
 from gradientmail.backends.base import new_write_id
-from gradientmail.backends.options import positive
+from gradientmail.backends.options import lease_seconds, positive
 from gradientmail.errors import (
     ConfigurationError,
     LeaseLostError,
@@ -110,7 +110,7 @@ class Exchange:
             raise ConfigurationError(f"staleness must be a number >= 0 or None, not {staleness!r}")
         self.staleness = staleness
         self.max_staleness = positive(max_staleness, "max_staleness", integer=True, allow_none=True)
-        self.lease = positive(lease, "lease")
+        self.lease = lease_seconds(lease)
         self.numel = sum(p.numel() for p in model.parameters())
         if self.numel == 0:
             raise ConfigurationError("the model has no parameters to share")

@@ -15,7 +15,9 @@ way. They are a stable API for plug-ins.
 from __future__ import annotations
 
 import importlib
+import math
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +27,10 @@ from gradientmail.errors import ConfigurationError, InvalidKeyError, MissingDepe
 from gradientmail.keys import validate_key
 
 __all__ = [
+    "LONGEST_PLAUSIBLE_LEASE",
     "SplitURL",
     "file_url",
+    "lease_seconds",
     "parse_bool",
     "parse_options",
     "positive",
@@ -198,6 +202,35 @@ def positive(value: object, what: str, *, integer: bool = False, allow_none: boo
         none = " or None" if allow_none else ""
         raise ConfigurationError(f"{what} must be a positive {kind}{none}, not {value!r}")
     return value
+
+
+#: A lease longer than an hour is warned about: a dead learner's work would wait that long,
+#: and it is most likely milliseconds passed as seconds (``lease=60_000``, 16.7 hours).
+LONGEST_PLAUSIBLE_LEASE = 3_600.0
+
+
+def lease_seconds(value: object, what: str = "lease") -> float:
+    """A lease duration: a positive, finite number of seconds, warned about above an hour.
+
+    Raises:
+        ConfigurationError: not a positive number, or not finite (``inf``, ``nan``).
+    """
+    number = float(positive(value, what))
+    if not math.isfinite(number):
+        raise ConfigurationError(
+            f"{what} must be a finite number of seconds, not {value!r}: a learner that dies "
+            "would hold its work forever; pass the longest silence after which others may "
+            "take its work over (60 is the default)"
+        )
+    if number > LONGEST_PLAUSIBLE_LEASE:
+        warnings.warn(
+            f"{what}={value!r} seconds is more than an hour: a learner that dies holds its work "
+            f"that long before others take it over. {what} is in seconds; if you meant "
+            f"milliseconds, pass {number / 1000:g}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return number
 
 
 def positive_float(value: Any) -> float:

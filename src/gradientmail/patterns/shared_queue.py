@@ -78,7 +78,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
-from gradientmail.backends.options import positive
+from gradientmail.backends.options import lease_seconds, positive
 from gradientmail.errors import (
     BackendError,
     ConfigurationError,
@@ -454,7 +454,7 @@ def shared_queue(
     _check_arguments(units, mailbox, load, epoch, shuffle)
     validate_segment(learner_id, "learner id")
     positive(prefetch, "prefetch", integer=True)
-    positive(lease, "lease")
+    lease = lease_seconds(lease)
     if not isinstance(wait_for_others, bool):
         raise ConfigurationError(f"wait_for_others must be True or False, not {wait_for_others!r}")
     identifiers = preference_order(units, order, shuffle, epoch)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gradientmail.backends.options import positive
+from gradientmail.backends.options import lease_seconds, positive
 from gradientmail.errors import ConfigurationError, InvalidKeyError, NotSupportedError
 from gradientmail.keys import validate_key
 from gradientmail.mailbox import Capability, Mailbox
@@ -54,7 +54,7 @@ class MailboxSettings:
         positive(self.stall_timeout, "stall_timeout", allow_none=True)
         positive(self.prefetch, "prefetch", integer=True)
         positive(self.heartbeat_interval, "heartbeat_interval")
-        positive(self.lease, "lease")
+        lease_seconds(self.lease)
         positive(self.poll_interval, "poll_interval")
         if self.lease <= 2 * self.heartbeat_interval:
             raise ConfigurationError(
