@@ -486,6 +486,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "active_reporter",
         "any_active_reporter",
         "check_manifest",
+        "check_reporter",
         "pop_reporter",
         "push_reporter",
         "queue_entered",

@@ -11,7 +11,7 @@ A learner tries free units in this order (see :mod:`gradientmail.patterns.claim_
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gradientmail.errors import ConfigurationError
@@ -44,10 +44,15 @@ def preference_order(
         raise ConfigurationError(
             f"order must be a sequence of unit identifiers, not the string {order!r}"
         )
+    if not isinstance(order, Iterable):
+        raise ConfigurationError(
+            f"order must be a sequence of unit identifiers (a list or tuple), not "
+            f"{type(order).__name__} {order!r}"
+        )
     preferred: list[str] = []
     seen: set[str] = set()
     for ident in order:
-        if ident not in units:
+        if not isinstance(ident, str) or ident not in units:
             raise ConfigurationError(
                 f"order names {ident!r}, which is not a key of units; order is a preference "
                 "over the same identifiers as units"

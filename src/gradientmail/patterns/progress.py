@@ -51,7 +51,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gradientmail.errors import RunMismatchError
+from gradientmail.backends.options import redact
+from gradientmail.errors import ConfigurationError, RunMismatchError
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns.claims import encode_record, read_record
 
@@ -68,6 +69,7 @@ __all__ = [
     "active_reporter",
     "any_active_reporter",
     "check_manifest",
+    "check_reporter",
     "pop_reporter",
     "push_reporter",
     "queue_entered",
@@ -266,3 +268,26 @@ def active_reporter(learner_id: str) -> ProgressReporter | None:
         if reporter.learner_id == learner_id:
             return reporter
     return None
+
+
+def check_reporter(session: object, mailbox: Mailbox) -> None:
+    """Check a queue's ``session=``: a progress sink, publishing to the queue's own mailbox.
+
+    Raises:
+        ConfigurationError: ``session`` lacks a reporter's methods, or is a Session on
+            another mailbox (``gradientmail status`` of the run would not show it).
+    """
+    needed = ("unit_claimed", "unit_started", "unit_finished")
+    missing = [name for name in needed if not callable(getattr(session, name, None))]
+    if missing or not isinstance(getattr(session, "learner_id", None), str):
+        raise ConfigurationError(
+            f"session must be a gradientmail.Session (or a progress sink with learner_id and "
+            f"{', '.join(needed)}), not {type(session).__name__} {session!r}"
+        )
+    theirs = getattr(session, "mailbox", None)
+    if isinstance(theirs, Mailbox) and theirs.url != mailbox.url:
+        raise ConfigurationError(
+            f"session for {session.learner_id!r} publishes to {redact(theirs.url)}, but the "  # type: ignore[attr-defined]
+            f"queue runs at {redact(mailbox.url)}: gradientmail status of the run would not "
+            "show this learner; open the Session on the queue's mailbox"
+        )

@@ -108,6 +108,7 @@ from gradientmail.patterns.progress import (
     active_reporter,
     any_active_reporter,
     check_manifest,
+    check_reporter,
     queue_entered,
     queue_left,
 )
@@ -458,6 +459,8 @@ def shared_queue(
     if not isinstance(wait_for_others, bool):
         raise ConfigurationError(f"wait_for_others must be True or False, not {wait_for_others!r}")
     identifiers = preference_order(units, order, shuffle, epoch)
+    if session is not None:
+        check_reporter(session, mailbox)
     reporter = session if session is not None else active_reporter(learner_id)
     if reporter is None:
         other = any_active_reporter()

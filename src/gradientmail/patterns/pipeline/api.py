@@ -62,6 +62,11 @@ def _check_declared(producers: Iterable[str]) -> tuple[str, ...]:
             f"producers must be a collection of ids, not the string {producers!r}; "
             f"write producers=[{producers!r}]"
         )
+    if not isinstance(producers, Iterable):
+        raise ConfigurationError(
+            f"producers must be a collection of producer ids (a list or tuple), not "
+            f"{type(producers).__name__} {producers!r}"
+        )
     declared = tuple(check_id(p, "producer id") for p in producers)
     if not declared:
         raise ConfigurationError("producers must declare at least one producer id")
