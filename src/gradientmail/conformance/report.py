@@ -103,6 +103,8 @@ class SuiteReport:
     notes: list[str] = field(default_factory=list)
     #: The property during which the store stopped answering, and why.
     stopped: tuple[str, Problem] | None = None
+    #: ``script.py:LINE`` when a script started the suite unguarded by ``__main__``.
+    unguarded: str | None = None
 
     def by_outcome(self, outcome: Outcome) -> list[Result]:
         """The results with ``outcome``, in report order."""

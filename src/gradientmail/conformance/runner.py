@@ -28,6 +28,7 @@ from gradientmail.conformance.context import (
     PropertySkipped,
     SuiteOptions,
 )
+from gradientmail.conformance.main_guard import unguarded_main_call
 from gradientmail.conformance.plan import RacePlan, estimate_seconds, plan_races
 from gradientmail.conformance.power import keys_for_bound
 from gradientmail.conformance.preflight import Problem, preflight
@@ -192,6 +193,7 @@ def run_suite(
     missing = missing_modules(properties)
     plan = plan or plan_races(box, options, _runnable(properties, missing))
     report = SuiteReport(box.url, options, plan=plan, missing=missing)
+    report.unguarded = unguarded_main_call()
     for prop in properties:
         result = _next_result(report, prop, box, options)
         report.results.append(result)
@@ -208,6 +210,14 @@ def _next_result(
         return Result(prop, Outcome.SKIP, undeclared, 0.0)
     if report.stopped is not None:
         why = f"not run: the store stopped answering during {report.stopped[0]}"
+        return Result(prop, Outcome.INCONCLUSIVE, why, 0.0)
+    if Capability.SHARED_ACROSS_PROCESSES in prop.requires and report.unguarded:
+        why = (
+            f"not run: the suite was started at the top level of {report.unguarded}, outside "
+            'if __name__ == "__main__":, so each racer process (multiprocessing spawns them, '
+            "importing the script again) would run the suite again instead of racing; put "
+            'the call under if __name__ == "__main__": and run the script again'
+        )
         return Result(prop, Outcome.INCONCLUSIVE, why, 0.0)
     absent = [m for m in prop.needs if m in report.missing]
     if absent:
@@ -266,7 +276,7 @@ def check_store(
             "Fix: pip install 'gradientmail[conformance]'"
         )
     plan = plan_races(box, options, _runnable(properties, missing))
-    if plan is not None and estimate:
+    if plan is not None and estimate and unguarded_main_call() is None:
         plan = estimate_seconds(box, plan, options)
     for line in notes + ([plan.describe()] if plan is not None else []):
         say(line)
