@@ -59,6 +59,7 @@ __all__ = [
     "ProducerFailedError",
     "ProducerLostError",
     "ProducerRegistrationError",
+    "ProtocolError",
     "RunMismatchError",
     "TransientBackendError",
     "WorkerError",
@@ -201,6 +202,15 @@ class BackendError(GradientMailError):
         if backend:
             parts.append(f"backend={backend}")
         super().__init__(" | ".join(parts))
+
+
+class ProtocolError(BackendError):
+    """The store answered, but without what the protocol this backend relies on promises.
+
+    For example a store behind ``gs://`` that sends no object generation: compare-and-swap
+    and the read-back of every claim need it. The store is not one this backend can
+    coordinate on, whatever else it does right; ``gradientmail conformance`` says FAIL.
+    """
 
 
 class TransientBackendError(BackendError):

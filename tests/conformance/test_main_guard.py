@@ -87,7 +87,7 @@ def test_a_guarded_script_races_processes(tmp_path: Path) -> None:
 def test_the_guard_is_read_from_the_script(
     tmp_path: Path, source: str, line: int, unguarded: bool
 ) -> None:
-    from gradientmail.conformance.main_guard import _unguarded
+    from gradientmail.conformance._main_guard import _unguarded
 
     path = tmp_path / "s.py"
     path.write_text(source)

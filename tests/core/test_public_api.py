@@ -43,6 +43,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "ProducerFailedError",
         "ProducerLostError",
         "ProducerRegistrationError",
+        "ProtocolError",
         "RunMismatchError",
         "Session",
         "SupportsCompareAndSwap",
@@ -197,6 +198,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "percent",
         "power_statement",
     ],
+    "gradientmail.conformance._main_guard": ["unguarded_main_call"],
     "gradientmail.conformance.preflight": ["DEADLINE", "Problem", "diagnose", "preflight"],
     "gradientmail.conformance.properties": [
         "BIG",
@@ -335,6 +337,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "ProducerFailedError",
         "ProducerLostError",
         "ProducerRegistrationError",
+        "ProtocolError",
         "RunMismatchError",
         "TransientBackendError",
         "WorkerError",

@@ -270,7 +270,7 @@ class GCSMailbox(ObjectStoreMailbox):
             retry=None,
             timeout=self._timeouts,
         )
-        return Version(str(blob.generation))
+        return self._generation_of(blob, key)
 
     def _conditional_upload(
         self, key: str, data: bytes, write_id: str, generation: int
@@ -312,11 +312,19 @@ class GCSMailbox(ObjectStoreMailbox):
             except NotFound:
                 self._check_bucket(key)
                 raise errors.KeyNotFoundError(key, self.url) from None
+        return data, self._generation_of(blob, key)
+
+    def _generation_of(self, blob: Any, key: str) -> Version:
+        """The object's generation as its version; a store that sent none breaks gs://."""
         if blob.generation is None:
-            raise errors.BackendError(
-                "GCS sent no generation with the object", key=key, backend=self.url
+            raise errors.ProtocolError(
+                "the store sent no generation with the object: gs:// needs GCS object "
+                "generations for compare-and-swap and for reading every claim back, so this "
+                "store cannot be coordinated on through gs://",
+                key=key,
+                backend=self.url,
             )
-        return data, Version(str(blob.generation))
+        return Version(str(blob.generation))
 
     def _stat(self, key: str) -> Stat | None:
         with self._mapped(key):

@@ -22,6 +22,7 @@ from gradientmail.errors import (
     BucketNotFoundError,
     EndpointUnreachableError,
     MissingDependencyError,
+    ProtocolError,
     TransientBackendError,
 )
 from gradientmail.mailbox import Mailbox
@@ -42,6 +43,9 @@ class Problem:
     cause: str
     #: What to do, e.g. ``check the endpoint_url option, and that the store runs``.
     fix: str
+    #: The store answered outside the protocol its backend relies on: not a test that
+    #: could not run, but a store that fails (the verdict is FAIL, not INCONCLUSIVE).
+    violation: bool = False
 
     def __str__(self) -> str:
         return f"{self.summary}: {self.cause}. Fix: {self.fix}"
@@ -85,6 +89,14 @@ def diagnose(exc: BaseException, operation: str) -> Problem:
     if isinstance(exc, MissingDependencyError):
         fix = f"pip install 'gradientmail[{exc.extra}]'"
         return Problem(f"the {exc.extra} extra is not installed", text, fix)
+    if isinstance(exc, ProtocolError):
+        return Problem(
+            "the store breaks the protocol its backend relies on",
+            text,
+            "use a store that implements it (for gs://, Google Cloud Storage or an emulator "
+            "that sends object generations), or a backend written for this store",
+            violation=True,
+        )
     for kind, summary, fix in _DIAGNOSES:
         if isinstance(exc, kind):
             return Problem(summary.format(operation=operation), text, fix)

@@ -7,7 +7,9 @@ ends with one of three verdicts, each with its own exit status of
 
 =================  ====  ==================================================================
 PASS               0     every property that applies held
-FAIL               1     a property was violated, or broke the store; the report names it.
+FAIL               1     a property was violated, or broke the store, or the store answered
+                         outside its backend's protocol (no GCS generation); the report
+                         names it.
                          "NOT safe to coordinate on" only when an atomicity property was
                          *seen* failing (a precondition ignored, two winners, lost updates)
 INCONCLUSIVE       3     nothing failed, but something could not be tested: a missing
@@ -125,7 +127,7 @@ class SuiteReport:
     @property
     def verdict_kind(self) -> Verdict:
         """FAIL if any property failed; else INCONCLUSIVE if any could not be tested."""
-        if self.by_outcome(Outcome.FAIL):
+        if self.by_outcome(Outcome.FAIL) or (self.problem is not None and self.problem.violation):
             return Verdict.FAIL
         if self.problem is not None or self.by_outcome(Outcome.INCONCLUSIVE):
             return Verdict.INCONCLUSIVE
@@ -196,6 +198,12 @@ class SuiteReport:
     def verdict(self) -> str:
         """The one-line verdict that ends the report."""
         seed = self.options.seed
+        if self.problem is not None and self.problem.violation:
+            return (
+                f"verdict: FAIL: {self.problem.summary} (see above), so no property could "
+                "run. NOT safe to coordinate on through this backend: claims and "
+                "compare-and-swap depend on what the store left out."
+            )
         if self.problem is not None:
             return (
                 f"verdict: INCONCLUSIVE: nothing was tested, because {self.problem.summary} "

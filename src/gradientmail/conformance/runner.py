@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from gradientmail.conformance._main_guard import unguarded_main_call
 from gradientmail.conformance.context import (
     Context,
     Property,
@@ -28,7 +29,6 @@ from gradientmail.conformance.context import (
     PropertySkipped,
     SuiteOptions,
 )
-from gradientmail.conformance.main_guard import unguarded_main_call
 from gradientmail.conformance.plan import RacePlan, estimate_seconds, plan_races
 from gradientmail.conformance.power import keys_for_bound
 from gradientmail.conformance.preflight import Problem, preflight
@@ -237,8 +237,13 @@ def _next_result(
 
 
 def not_tested(url: str, options: SuiteOptions, problem: Problem) -> SuiteReport:
-    """The report of a run that could not test the store at all: INCONCLUSIVE, once."""
-    line = f"INCONCLUSIVE  cannot test {url}: {problem}"
+    """The report of a run that could not test the store at all, stated once.
+
+    INCONCLUSIVE, unless the store broke its backend's protocol (:attr:`Problem.violation`):
+    then FAIL.
+    """
+    kind = "FAIL" if problem.violation else "INCONCLUSIVE"
+    line = f"{kind}  cannot test {url}: {problem}"
     return SuiteReport(url, options, problem=problem, notes=[line])
 
 
