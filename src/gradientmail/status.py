@@ -84,6 +84,12 @@ class RunStatus:
     learners: list[dict[str, Any]] = field(default_factory=list)
     #: keys that could not be read as records (named in the report, never fatal).
     unreadable: list[str] = field(default_factory=list)
+    #: the newest epoch with any key; whether the epoch shown has any claim or completion
+    #: (an epoch asked for with ``--epoch`` may not have started).
+    newest_epoch: int = 0
+    epoch_started: bool = True
+    #: older epochs with units left, epoch -> units left (default view only).
+    unfinished_epochs: dict[int, int] = field(default_factory=dict)
 
     @property
     def exists(self) -> bool:
@@ -120,7 +126,8 @@ class RunStatus:
     @property
     def stalled(self) -> bool:
         """Work is left, learners were here, and none of them is running."""
-        return not self.complete and bool(self.learners) and not self.running
+        started = self.epoch_started
+        return started and not self.complete and bool(self.learners) and not self.running
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -198,9 +205,16 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
     total = manifest.get("units") if manifest else None
     if not isinstance(total, int) or isinstance(total, bool):
         total = None
-    layout = RunLayout(latest_epoch(mailbox) if epoch is None else epoch)
+    newest = latest_epoch(mailbox)
+    layout = RunLayout(newest if epoch is None else epoch)
     claimed = {key[len(layout.units) :] for key in mailbox.list(layout.units)}
     done = {key[len(layout.done) :] for key in mailbox.list(layout.done)}
+    unfinished: dict[int, int] = {}
+    if epoch is None and total is not None:
+        for older in range(newest):
+            left = total - sum(1 for _ in mailbox.list(RunLayout(older).done))
+            if left > 0:
+                unfinished[older] = left
     reclaimed = sum(1 for _ in mailbox.list(layout.reclaimed))
     in_progress = 0
     for ident in claimed - done:
@@ -232,6 +246,9 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         takeovers=mailbox.supports(Capability.COMPARE_AND_SWAP),
         learners=rows,
         unreadable=unreadable,
+        newest_epoch=newest,
+        epoch_started=layout.epoch == 0 or next(iter(mailbox.list(layout.base)), None) is not None,
+        unfinished_epochs=unfinished,
     )
 
 
@@ -330,7 +347,15 @@ def format_status(status: RunStatus) -> str:
         f"units{epoch}: {status.done} done of {total}, {status.in_progress} in progress, "
         f"{status.reclaimed} reclaimed, {free} free; ETA {eta}"
     )
-    if status.complete:
+    older = ", ".join(
+        f"epoch {k} ({left} left)" for k, left in sorted(status.unfinished_epochs.items())
+    )
+    if status.complete and older:
+        lines.append(
+            f"epoch {status.epoch} complete, but not the whole run: {older} unfinished; "
+            "show one with --epoch K"
+        )
+    elif status.complete:
         lines.append("run complete: every unit is done")
     elif status.stalled:
         lines.append(

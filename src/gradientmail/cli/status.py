@@ -29,9 +29,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--interval", type=float, default=2.0, help="seconds between redraws with --watch"
     )
     parser.add_argument(
-        "--epoch", type=int, default=None, help="the epoch to show (default: newest)"
+        "--epoch", type=_epoch, default=None, help="the epoch to show, 0 or more (default: newest)"
     )
     parser.add_argument("--plot", metavar="PNG", help="also draw a Gantt chart into this file")
+
+
+def _epoch(text: str) -> int:
+    """``--epoch``: an int >= 0 (argparse turns the ValueError into a usage error, exit 2)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
 
 
 def _local_root(url: str) -> str | None:
@@ -56,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
     while True:
         status = read_status(mailbox, args.epoch)
         models = format_shared_models(read_shared_models(mailbox))
+        if status.exists and not status.epoch_started:
+            print(
+                f"epoch {status.epoch} of the run at {mailbox.url} has not started: the newest "
+                f"epoch with any claim is {status.newest_epoch}",
+                file=sys.stderr,
+            )
+            return 1
         if not status.exists:
             if models:
                 print(models, flush=True)

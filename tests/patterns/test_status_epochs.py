@@ -1,0 +1,74 @@
+"""``gradientmail status`` over epochs says what is true of each: a negative epoch is bad
+usage, an epoch that never started is not "stalled", and a run whose newest epoch is done
+but an older one is not is not "complete"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gradientmail import from_url
+from gradientmail.cli import main
+from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.session import Session
+from gradientmail.status import format_status, read_status
+
+UNITS = {f"u{i}": i for i in range(4)}
+
+
+def run_epoch(url: str, epoch: int, stop_after: int | None = None) -> None:
+    """One learner through epoch ``epoch``; with ``stop_after``, it leaves after that many."""
+    box = from_url(url)
+    with (
+        Session(box, "a") as session,
+        shared_queue(UNITS, mailbox=box, learner_id="a", load=lambda u: [u], epoch=epoch) as q,
+    ):
+        for n, _ in enumerate(q, 1):
+            session.step()
+            if stop_after is not None and n >= stop_after:
+                break
+
+
+def test_a_negative_epoch_is_bad_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_epoch(f"file://{tmp_path}", 0)
+    with pytest.raises(SystemExit) as exited:
+        main(["status", f"file://{tmp_path}", "--epoch", "-1"])
+    assert exited.value.code == 2
+    assert "--epoch" in capsys.readouterr().err
+
+
+def test_an_epoch_that_never_started_is_said_so_not_stalled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{tmp_path}"
+    run_epoch(url, 0)
+    run_epoch(url, 1)
+    assert main(["status", url, "--epoch", "5"]) == 1
+    out, err = capsys.readouterr()
+    assert "stalled" not in out + err
+    assert "epoch 5 of the run" in err and "has not started" in err
+    assert "the newest epoch with any claim is 1" in err
+    status = read_status(from_url(url), 5)
+    assert not status.epoch_started and not status.stalled
+
+
+def test_a_done_newest_epoch_beside_an_unfinished_older_one_is_not_run_complete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{tmp_path}"
+    run_epoch(url, 0, stop_after=2)  # one unit done (the loop asked past it), three left
+    run_epoch(url, 1)
+    status = read_status(from_url(url))
+    assert status.epoch == 1 and status.complete
+    left = status.unfinished_epochs[0]
+    assert left == 3
+    text = format_status(status)
+    assert "run complete" not in text
+    assert f"epoch 1 complete, but not the whole run: epoch 0 ({left} left) unfinished" in text
+    # Once epoch 0 is finished too, the run is complete.
+    run_epoch(url, 0)
+    text = format_status(read_status(from_url(url)))
+    assert "run complete: every unit is done" in text
+    assert main(["status", url]) == 0
+    capsys.readouterr()
