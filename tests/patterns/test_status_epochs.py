@@ -47,10 +47,12 @@ def test_an_epoch_that_never_started_is_said_so_not_stalled(
     assert main(["status", url, "--epoch", "5"]) == 1
     out, err = capsys.readouterr()
     assert "stalled" not in out + err
-    assert "epoch 5 of the run" in err and "has not started" in err
+    assert "epoch 5 of the run" in err
+    assert "has not started" in err
     assert "the newest epoch with any claim is 1" in err
     status = read_status(from_url(url), 5)
-    assert not status.epoch_started and not status.stalled
+    assert not status.epoch_started
+    assert not status.stalled
 
 
 def test_a_done_newest_epoch_beside_an_unfinished_older_one_is_not_run_complete(
@@ -60,7 +62,8 @@ def test_a_done_newest_epoch_beside_an_unfinished_older_one_is_not_run_complete(
     run_epoch(url, 0, stop_after=2)  # one unit done (the loop asked past it), three left
     run_epoch(url, 1)
     status = read_status(from_url(url))
-    assert status.epoch == 1 and status.complete
+    assert status.epoch == 1
+    assert status.complete
     left = status.unfinished_epochs[0]
     assert left == 3
     text = format_status(status)
