@@ -7,9 +7,10 @@ Run layout: every key a ``shared_queue`` run writes is named here, and nowhere e
     ``{"units": total, "digest": sha256 of the sorted identifiers, "created_at": unix
     seconds}``, created with ``put_if_absent`` by the first learner to start. A learner
     whose mapping has another digest is refused, so runs are never mixed.
-``manifest-units``
-    The sorted identifiers as a JSON list, read only to name the first difference when a
-    mapping does not match.
+``manifest-units/{digest}``
+    The sorted identifiers as a JSON list, under the digest they hash to, read only to name
+    the first difference when a mapping does not match. Each job writes its own, so a job
+    refused in a race for the manifest never leaves its list as the run's (it deletes it).
 ``units/{identifier}``
     One claim per unit taken: ``{"owner", "token", "claimed_at", "incarnation", "state":
     "claimed" | "done" | "released", "previous": [former owners]}`` (see
@@ -84,7 +85,7 @@ UNITS_PREFIX = "units/"
 LEARNERS_PREFIX = "learners/"
 #: Leases live under this prefix: ``leases/{learner_id}``.
 LEASES_PREFIX = "leases/"
-#: The sorted unit identifiers, for naming a mismatch.
+#: The sorted unit identifiers, for naming a mismatch: under ``{MANIFEST_UNITS_KEY}/{digest}``.
 MANIFEST_UNITS_KEY = "manifest-units"
 #: Epochs after the first live under ``epochs/{k}/``.
 EPOCHS_PREFIX = "epochs/"
@@ -150,9 +151,11 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
     # One read first: a learner joining a run does not upload the identifier list (a
     # megabyte for 100,000 units) only to have the store refuse it.
     stored = read_record(mailbox, MANIFEST_KEY)
+    wrote_list = False
     if stored is None:
         # The list first: whoever reads the manifest can then always read the list.
-        mailbox.put_if_absent(MANIFEST_UNITS_KEY, json.dumps(ordered).encode("utf-8"))
+        own_list = f"{MANIFEST_UNITS_KEY}/{digest}"
+        wrote_list = mailbox.put_if_absent(own_list, json.dumps(ordered).encode("utf-8"))
         body = {"units": len(identifiers), "digest": digest, "created_at": time.time()}
         if mailbox.put_if_absent(MANIFEST_KEY, encode_record(body)):
             return True
@@ -160,6 +163,9 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
     stored = stored or {}
     if stored.get("digest") == digest:
         return False
+    if wrote_list:
+        # Another job won the manifest: this job's list is not the run's.
+        mailbox.delete(f"{MANIFEST_UNITS_KEY}/{digest}")
     if "digest" not in stored:
         raise RunMismatchError(
             f"{mailbox.url} holds a run written without a unit digest "
@@ -167,7 +173,7 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
         )
     theirs: list[str] = []
     try:
-        loaded = json.loads(mailbox.get(MANIFEST_UNITS_KEY))
+        loaded = json.loads(mailbox.get(f"{MANIFEST_UNITS_KEY}/{stored['digest']}"))
         theirs = [str(x) for x in loaded] if isinstance(loaded, list) else []
     except (LookupError, ValueError):
         pass
@@ -175,7 +181,9 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
         (f"{a!r} here, {b!r} in the run" for a, b in zip(ordered, theirs, strict=False) if a != b),
         None,
     )
-    if first is None and len(ordered) != len(theirs):
+    if not theirs and stored.get("units"):
+        first = "not known: the run's identifier list could not be read"
+    elif first is None and len(ordered) != len(theirs):
         shorter, longer = (ordered, theirs) if len(ordered) < len(theirs) else (theirs, ordered)
         extra = longer[len(shorter)] if len(longer) > len(shorter) else "?"
         first = f"{extra!r} is only in {'the run' if longer is theirs else 'this mapping'}"
