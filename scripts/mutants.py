@@ -535,6 +535,71 @@ MUTANTS: tuple[Mutant, ...] = (
         "a reader that meets a collected fragment uses what it has instead of reading the "
         "head again: a version read half from another",
     ),
+    # -- the mechanisms this round fixed: each mutant is the bug a test was written for --
+    Mutant(
+        "lease-takeover-after-periods",
+        "patterns/leases.py",
+        (("        window = TAKEOVER_FRACTION * duration", "        window = period * 1.5"),),
+        ("tests/patterns/test_incarnation_takeover.py",),
+        "a restart takes its id's lease over after 1.5 renewal periods, while the paused "
+        "earlier incarnation still trusts its last renewal: both deliver",
+    ),
+    Mutant(
+        "claim-foreign-record-skipped",
+        "patterns/unit_claims.py",
+        (
+            (
+                "        if record is None:\n            raise ForeignRecordError(",
+                "        if record is None:\n            return None\n            raise ForeignRecordError(",
+            ),
+        ),
+        ("tests/patterns/test_foreign_records.py",),
+        "a claim key holding bytes no learner wrote is skipped: its unit is never finished "
+        "and the queue waits for it forever",
+    ),
+    Mutant(
+        "refused-session-marks-failed",
+        "session.py",
+        (("        if refused and self._found_read and self._untouched():", "        if False:"),),
+        ("tests/patterns/test_refused_learner.py",),
+        "a Session left by a run's refusal publishes 'failed' over the finished learner's "
+        "record, so status of a complete run exits 1",
+    ),
+    Mutant(
+        "manifest-refused-list-left",
+        "patterns/progress.py",
+        (
+            (
+                "    if wrote_list:\n        # Another job won the manifest: this job's list is not the run's.\n        mailbox.delete(f\"{MANIFEST_UNITS_KEY}/{digest}\")",
+                "    if False:\n        pass",
+            ),
+        ),
+        ("tests/patterns/test_two_jobs_one_url.py",),
+        "a job refused in a race for the manifest leaves its identifier list behind",
+    ),
+    Mutant(
+        "conformance-nothing-held-passes",
+        "conformance/report.py",
+        (
+            (
+                "        if not self.by_outcome(Outcome.PASS):\n            # Every selected property was skipped: nothing was tested, so nothing passed.\n            return Verdict.INCONCLUSIVE",
+                "",
+            ),
+        ),
+        (
+            "tests/conformance/test_conformance_verdicts.py::test_a_run_in_which_no_property_held_is_never_a_pass",
+        ),
+        "a run in which every selected property was skipped is called PASS",
+    ),
+    Mutant(
+        "conformance-unguarded-main-ignored",
+        "conformance/runner.py",
+        (("    report.unguarded = unguarded_main_call()", "    report.unguarded = None"),),
+        (
+            "tests/conformance/test_main_guard.py::test_an_unguarded_script_is_told_the_fix_and_runs_once",
+        ),
+        "a script without a __main__ guard starts racer processes that each rerun the suite",
+    ),
 )
 
 

@@ -420,6 +420,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "LeaseWatcher",
         "RENEWALS_PER_LEASE",
         "SAFE_FRACTION",
+        "TAKEOVER_FRACTION",
     ],
     "gradientmail.patterns.pipeline": [
         "Consumer",

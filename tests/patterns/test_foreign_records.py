@@ -35,7 +35,7 @@ def _run_queue(box: Mailbox, **options: Any) -> tuple[list[Any], BaseException |
 
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()
-    thread.join(timeout=120)  # a hang detector only: the queue must end on its own
+    thread.join(timeout=60)  # a hang detector only: the queue must end on its own
     assert not thread.is_alive(), f"the queue hung after delivering {sorted(got)}"
     return got, raised[0] if raised else None
 

@@ -9,8 +9,10 @@ Holder side (:class:`Lease`)
     * :meth:`Lease.acquire` creates the key, or, when a record from an earlier holder with
       the same name exists, takes it over with the next *incarnation* number. A record
       that is still being renewed means a live worker already uses that name: acquiring
-      raises ``ConfigurationError`` instead of running two workers under one name. Taking
-      over fences the previous incarnation: its next renewal fails and it stops.
+      raises ``ConfigurationError`` instead of running two workers under one name. It
+      watches the record for ``TAKEOVER_FRACTION`` of the holder's duration (logged at
+      INFO), past the time the earlier holder may trust its last renewal, then takes over:
+      that fences the previous incarnation, which fails at its next renewal and stops.
     * Renewals are compare-and-swap writes (``put_if_match``) where the mailbox supports
       them, so a holder learns at its next renewal that someone else wrote its lease
       (declared it lost, or a newer incarnation took it) and stops with
@@ -53,13 +55,25 @@ from gradientmail.mailbox import Capability, Mailbox, Version
 from gradientmail.patterns.claims import decode_record, encode_record
 from gradientmail.patterns.workers import Worker
 
-__all__ = ["RENEWALS_PER_LEASE", "SAFE_FRACTION", "Lease", "LeaseState", "LeaseWatcher"]
+__all__ = [
+    "RENEWALS_PER_LEASE",
+    "SAFE_FRACTION",
+    "TAKEOVER_FRACTION",
+    "Lease",
+    "LeaseState",
+    "LeaseWatcher",
+]
 
 #: A holder renews this many times per lease duration.
 RENEWALS_PER_LEASE = 3
 #: A holder acts only while its last successful renewal was sent less than this fraction of
 #: the duration ago; the rest is margin for clock rates and the time a request takes.
 SAFE_FRACTION = 0.75
+
+#: A new incarnation takes its id's lease over only after watching it unchanged for this
+#: fraction of the holder's duration: past ``SAFE_FRACTION``, with a margin for the rates of
+#: two clocks, so an earlier incarnation that was only paused can no longer trust it.
+TAKEOVER_FRACTION = SAFE_FRACTION + 0.1
 
 #: States a lease record can be in. ``running`` is the only live one.
 LIVE_STATES = frozenset({"running"})
@@ -111,8 +125,8 @@ class Lease:
         holder: the holder's name, written into the record.
         duration: seconds of unchanged record after which observers declare the holder dead.
         period: seconds between renewals; ``duration / 3`` when ``None``. It is written
-            into the record, so that :meth:`acquire` watches an earlier holder for about one
-            of its periods.
+            into the record, so that :meth:`acquire` polls an earlier holder's record a few
+            times per period while it watches.
         extra: more fields for the record (a ``shared_queue`` learner writes its
             ``epoch``), read back by :meth:`LeaseWatcher.observe`.
 
@@ -186,7 +200,15 @@ class Lease:
             return
 
     def _refuse_if_renewed(self, record: dict[str, Any], version: Version) -> None:
-        """Watch a ``running`` record for about one renewal period; refuse if it changes."""
+        """Watch a ``running`` record until its holder cannot believe it fresh; refuse if it
+        changes meanwhile.
+
+        The earlier holder acts while its last renewal was *sent* less than
+        ``SAFE_FRACTION`` of its duration ago (:meth:`ensure_fresh`), and that renewal was
+        sent before this read. So the watch lasts ``TAKEOVER_FRACTION`` of the holder's
+        duration from here: a holder that was only paused, and wakes after the takeover,
+        finds its lease stale, renews, fails and stops, instead of delivering one more item.
+        """
         duration = float(record.get("lease") or self.duration)
         renewed_at = record.get("renewed_at")
         if isinstance(renewed_at, (int, float)) and time.time() - renewed_at > 2 * duration:
@@ -194,9 +216,18 @@ class Lease:
         period = record.get("period")
         if not isinstance(period, (int, float)) or period <= 0:
             period = duration / RENEWALS_PER_LEASE
-        window = period * 1.5
+        window = TAKEOVER_FRACTION * duration
+        _log.info(
+            "%r waits up to %.1f s for its earlier incarnation (%s pid %s) to renew lease %r "
+            "or to go silent; it takes the lease over then",
+            self.holder,
+            window,
+            record.get("host"),
+            record.get("pid"),
+            self.key,
+        )
         deadline = time.monotonic() + window
-        pause = max(0.02, window / 12)
+        pause = max(0.02, min(period / 4, window / 12))
         while time.monotonic() < deadline:
             time.sleep(pause)  # a polling period while watching another holder's record
             current = self._read()

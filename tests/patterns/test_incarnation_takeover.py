@@ -1,0 +1,64 @@
+"""A restart with the same id takes the lease over only once the earlier incarnation can no
+longer trust it: a paused earlier incarnation that wakes after the takeover delivers nothing.
+
+It once took over after 1.5 renewal periods (half a lease for a queue learner; 1.5 s of a
+pipeline consumer's 15 s lease), while the paused one trusted its last renewal for three
+quarters of a lease: in that window both delivered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from gradientmail import LeaseLostError, Mailbox
+from gradientmail.patterns.leases import SAFE_FRACTION, TAKEOVER_FRACTION, Lease
+
+#: (duration, period): a shared_queue learner's (period = duration / 3), and a pipeline
+#: consumer's shipped ratio (heartbeat 1 s for a 15 s lease), scaled to a 1.5 s lease.
+SETTINGS = [(1.5, None), (1.5, 0.1)]
+
+
+@pytest.mark.parametrize(("duration", "period"), SETTINGS, ids=["queue", "pipeline"])
+def test_the_earlier_incarnation_is_stale_when_the_new_one_takes_over(
+    box: Mailbox, duration: float, period: float | None
+) -> None:
+    old = Lease(box, "leases/node-0", "node-0", duration=duration, period=period)
+    old.acquire()  # then "paused": no renewal follows
+    renewed = time.monotonic()
+    new = Lease(box, "leases/node-0", "node-0", duration=duration, period=period)
+    new.acquire()
+    took_over = time.monotonic()
+    assert new.incarnation == old.incarnation + 1
+    # The takeover came after the earlier one's trust in its last renewal ran out...
+    assert took_over - renewed >= SAFE_FRACTION * duration
+    # ...so on waking it renews first, learns it was replaced, and stops.
+    with pytest.raises(LeaseLostError, match="newer incarnation"):
+        old.ensure_fresh()
+    new.ensure_fresh()
+
+
+def test_the_wait_is_logged_at_info_with_its_length(
+    box: Mailbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    Lease(box, "leases/n", "n", duration=0.6).acquire()
+    with caplog.at_level(logging.INFO, logger="gradientmail.patterns.leases"):
+        Lease(box, "leases/n", "n", duration=0.6).acquire()
+    (line,) = [r.getMessage() for r in caplog.records if "waits up to" in r.getMessage()]
+    assert f"waits up to {TAKEOVER_FRACTION * 0.6:.1f} s for its earlier incarnation" in line
+    assert "'leases/n'" in line
+
+
+def test_a_live_earlier_incarnation_is_refused_at_its_next_renewal(box: Mailbox) -> None:
+    from gradientmail import ConfigurationError
+
+    live = Lease(box, "leases/dup", "dup", duration=1.5, period=0.1)
+    live.acquire()
+    live.start()
+    try:
+        with pytest.raises(ConfigurationError, match="already running"):
+            Lease(box, "leases/dup", "dup", duration=1.5, period=0.1).acquire()
+    finally:
+        live.end()
