@@ -550,7 +550,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             (
                 "        if record is None:\n            raise ForeignRecordError(",
-                "        if record is None:\n            return None\n            raise ForeignRecordError(",
+                "        if record is None:\n            return None\n"
+                "            raise ForeignRecordError(",
             ),
         ),
         ("tests/patterns/test_foreign_records.py",),
@@ -570,7 +571,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/progress.py",
         (
             (
-                "    if wrote_list:\n        # Another job won the manifest: this job's list is not the run's.\n        mailbox.delete(f\"{MANIFEST_UNITS_KEY}/{digest}\")",
+                "    if wrote_list:\n"
+                "        # Another job won the manifest: this job's list is not the run's.\n"
+                '        mailbox.delete(f"{MANIFEST_UNITS_KEY}/{digest}")',
                 "    if False:\n        pass",
             ),
         ),
@@ -582,7 +585,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "conformance/report.py",
         (
             (
-                "        if not self.by_outcome(Outcome.PASS):\n            # Every selected property was skipped: nothing was tested, so nothing passed.\n            return Verdict.INCONCLUSIVE",
+                "        if not self.by_outcome(Outcome.PASS):\n"
+                "            # Every selected property was skipped: nothing was tested, so nothing"
+                " passed.\n"
+                "            return Verdict.INCONCLUSIVE",
                 "",
             ),
         ),
