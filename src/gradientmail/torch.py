@@ -38,7 +38,8 @@ Guarantees
       epoch ``k`` (``shared_queue(epoch=k)``, with the ``shuffle`` seed). The epoch lives in
       shared memory, so workers kept by ``persistent_workers=True`` see it too. Iterating
       again without ``set_epoch`` repeats the same epoch, which is then already done and
-      yields nothing, like a resumed run whose epoch is complete.
+      yields nothing, like a resumed run whose epoch is complete: a ``RuntimeWarning``
+      (from each worker) says so and names ``set_epoch``.
     * **No silent duplicates.** A mailbox that is not shared across processes
       (``memory://``) is refused with :class:`~gradientmail.errors.ConfigurationError` in
       a DataLoader worker and in a ``torch.distributed`` job of more than one process: each
@@ -64,6 +65,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from multiprocessing import RawValue
 from multiprocessing import context as _mp_context
@@ -239,6 +241,7 @@ class SharedQueueDataset(IterableDataset[T]):
                     if own:
                         session.step(samples=1)
                     yield item
+                self._warn_if_complete(mailbox, epoch, items.stats.units_done_before)
         except GeneratorExit:
             # The loop left early (a break, the DataLoader shutting down): not a failure.
             # The queue has released this learner's unfinished units.
@@ -251,6 +254,18 @@ class SharedQueueDataset(IterableDataset[T]):
             raise
         if own:
             session.__exit__(None, None, None)
+
+    def _warn_if_complete(self, mailbox: Mailbox, epoch: int, done_before: int) -> None:
+        """Say so when this iteration's epoch was complete before it began: it yielded nothing."""
+        if done_before < len(self.units):
+            return
+        warnings.warn(
+            f"SharedQueueDataset: epoch {epoch} at {redact(mailbox.url)} was already complete, "
+            "so this iteration yielded nothing; call dataset.set_epoch(k) with the next epoch "
+            "before each epoch's loop (as with DistributedSampler)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     # -- pickling (spawned workers, copies) ---------------------------------------------------
 

@@ -241,3 +241,19 @@ def test_copies_keep_the_epoch(rig_file: Rig) -> None:
         assert other.epoch == 3
         other.set_epoch(4)  # a copy has its own epoch
     assert dataset.epoch == 3
+
+
+def test_iterating_a_complete_epoch_again_without_set_epoch_warns(rig_file: Rig) -> None:
+    import warnings
+
+    dataset = SharedQueueDataset(UNITS, mailbox=rig_file.fresh(), load=load, learner_id="r0")
+    loader = loader_for(dataset, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the first pass of an epoch is quiet
+        assert epoch_items(loader) == EVERY_ITEM
+    with pytest.warns(RuntimeWarning, match=r"epoch 0 at .* was already complete.*set_epoch"):
+        assert epoch_items(loader) == Counter()
+    dataset.set_epoch(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert epoch_items(loader) == EVERY_ITEM
