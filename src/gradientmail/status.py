@@ -8,6 +8,10 @@ Learners
     :class:`~gradientmail.session.Session`) or holds a lease (``leases/{id}``). Its state:
 
     * ``running``: its lease is being renewed;
+    * ``silent (lost in 40s)``: its lease missed a renewal (unrenewed for more than 1.5 of
+      its renewal periods) but is not lost yet: a learner that died, or one paused or
+      holding the GIL. The time is how long until this report calls it lost; its units
+      wait that long, and the ETA counts that wait;
     * ``finished`` / ``failed`` (with the error's type) / ``released`` (left early);
     * ``lost``: its lease was declared lost by another learner, or was not renewed for
       longer than the lease by the renewal time it records. That time is the learner's wall
@@ -16,8 +20,10 @@ Learners
 
     Rows are sorted by learner id with numbers in numeric order (``rank2`` before
     ``rank10``), so DataLoader workers (``rank0-w0``, ``rank0-w1``) follow their rank.
-    ``data wait %`` is the share of the learner's time (since its session started, until
-    its last report) that its loop waited for data: the ``data_wait_s`` its
+    ``last seen`` is the newer of its last progress report and its last lease renewal, so
+    an idle learner that is alive shows it. ``data wait %`` is the share of the learner's
+    time (since its session started, until its last report) that its loop waited for data:
+    the ``data_wait_s`` its
     :class:`~gradientmail.session.Session` published. A high figure means the GPU starves.
 
 Units (of the newest epoch, or ``--epoch``)
@@ -26,7 +32,10 @@ Units (of the newest epoch, or ``--epoch``)
     On a store without compare-and-swap, claims are permanent: a lost learner's units stay
     in progress forever, and the report says so.
 
-The ETA is units left ÷ the run's completion rate so far, shown while a learner runs.
+The ETA is units left ÷ the run's completion rate so far, shown while a learner runs; at
+least the wait for a silent learner to be declared lost while units are in progress.
+Learners are read before completions, so a learner that finishes during a slow read is
+never shown finished beside an older, incomplete count (which would read as stalled).
 """
 
 from __future__ import annotations
@@ -36,7 +45,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from gradientmail.errors import MissingDependencyError
+from gradientmail._status_plot import lane_of, plot_gantt
+from gradientmail._status_text import data_wait_share, format_status
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns.claims import decode_record, parse_claim, read_record
 from gradientmail.patterns.progress import (
@@ -120,8 +130,9 @@ class RunStatus:
 
     @property
     def running(self) -> bool:
-        """Whether any learner is still running (holds a live lease)."""
-        return any(r.get("state") == "running" for r in self.learners)
+        """Whether any learner may still be running: it holds a lease that is renewed, or
+        that went silent but is not lost yet."""
+        return any(r.get("state") in ("running", "silent") for r in self.learners)
 
     @property
     def stalled(self) -> bool:
@@ -149,7 +160,10 @@ class RunStatus:
             return 0.0
         if not self.running or self.done == 0:
             return None
-        return left * (self.now - start) / self.done
+        at_rate = left * (self.now - start) / self.done
+        # Units held by a silent learner wait until it is declared lost (or speaks again).
+        waits = [float(r["lost_in_s"]) for r in self.learners if _number(r.get("lost_in_s"))]
+        return max([at_rate, *waits]) if self.in_progress else at_rate
 
 
 def _number(value: object) -> TypeGuard[float]:
@@ -166,6 +180,26 @@ def latest_epoch(mailbox: Mailbox) -> int:
     return best
 
 
+#: A running lease unrenewed for this many of its renewal periods reads as ``silent``.
+SILENT_AFTER = 1.5
+
+
+def _silence(lease: dict[str, Any] | None, now: float) -> tuple[float, float] | None:
+    """(seconds silent, seconds until it reads as lost) for a running lease that missed a
+    renewal; ``None`` while it renews on time (or is not running)."""
+    if lease is None or lease.get("state") != "running":
+        return None
+    renewed, duration, period = lease.get("renewed_at"), lease.get("lease"), lease.get("period")
+    if not (_number(renewed) and _number(duration)):
+        return None
+    if not _number(period) or period <= 0:
+        period = duration / 3
+    silent = now - renewed
+    if silent <= SILENT_AFTER * period:
+        return None
+    return silent, max(0.0, EXPIRED_AFTER * duration - silent)
+
+
 def _learner_state(record: dict[str, Any], lease: dict[str, Any] | None, now: float) -> str:
     if lease is not None:
         state = lease.get("state")
@@ -177,6 +211,8 @@ def _learner_state(record: dict[str, Any], lease: dict[str, Any] | None, now: fl
         )
         if state == "running" and expired:
             return "lost"
+        if _silence(lease, now) is not None and record.get("state") in (None, "running"):
+            return "silent"
         if state in ("released", "finished") and record.get("state") in (None, "running"):
             return str(state)
     return str(record.get("state") or (lease or {}).get("state") or "?")
@@ -205,6 +241,11 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
     total = manifest.get("units") if manifest else None
     if not isinstance(total, int) or isinstance(total, bool):
         total = None
+    # Learners before completions: a learner that finishes while this reads is then seen
+    # running beside a count that may be complete, never finished beside an old count
+    # (which would read as stalled).
+    leases = _records(mailbox, LEASES_PREFIX, unreadable)
+    learners = _records(mailbox, LEARNERS_PREFIX, unreadable)
     newest = latest_epoch(mailbox)
     layout = RunLayout(newest if epoch is None else epoch)
     claimed = {key[len(layout.units) :] for key in mailbox.list(layout.units)}
@@ -224,15 +265,21 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
             continue
         if claim is None or claim.extra.get("state") not in ("released", "done"):
             in_progress += 1
-    leases = _records(mailbox, LEASES_PREFIX, unreadable)
-    learners = _records(mailbox, LEARNERS_PREFIX, unreadable)
     for name in leases:
         learners.setdefault(name, {})
     rows = []
     for name, record in learners.items():
         row = dict(record)
         row["learner"] = name
-        row["state"] = _learner_state(record, leases.get(name), now)
+        lease = leases.get(name)
+        row["state"] = _learner_state(record, lease, now)
+        silence = _silence(lease, now)
+        if row["state"] == "silent" and silence is not None:
+            row["silent_s"], row["lost_in_s"] = silence
+        renewed = (lease or {}).get("renewed_at")
+        seen = [t for t in (record.get("updated_at"), renewed) if _number(t)]
+        if seen:
+            row["seen_at"] = max(seen)
         rows.append(row)
     rows.sort(key=lambda r: _natural(str(r["learner"])))
     return RunStatus(
@@ -256,199 +303,3 @@ def _natural(name: str) -> tuple[str | int, ...]:
     """A sort key that orders the numbers inside ``name`` numerically."""
     parts = re.split(r"(\d+)", name)  # text at even positions, digits at odd ones
     return tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
-
-
-def data_wait_share(record: dict[str, Any], now: float) -> float | None:
-    """The share (0 to 1) of a learner's time its loop waited for data; ``None`` if unknown.
-
-    The time runs from the record's ``started_at`` to its ``finished_at`` or, while it runs,
-    its ``updated_at`` (when ``data_wait_s`` was measured).
-    """
-    waited, started = record.get("data_wait_s"), record.get("started_at")
-    if not _number(waited) or not _number(started):
-        return None
-    end = next(
-        (float(t) for t in (record.get("finished_at"), record.get("updated_at")) if _number(t)),
-        now,
-    )
-    elapsed = end - float(started)
-    if elapsed <= 0:
-        return None
-    return min(1.0, max(0.0, float(waited) / elapsed))
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}min"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _int(value: object) -> str:
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "0"
-
-
-def format_status(status: RunStatus) -> str:
-    """The status table as text."""
-    header = (
-        "learner",
-        "state",
-        "claimed",
-        "finished",
-        "samples",
-        "rate/s",
-        "data wait %",
-        "last report",
-    )
-    rows = []
-    for r in status.learners:
-        state = str(r.get("state", "?"))
-        if state == "failed" and r.get("error"):
-            state = f"failed ({r['error']})"
-        updated = r.get("updated_at")
-        age = f"{_duration(status.now - float(updated))} ago" if _number(updated) else "never"
-        rate = r.get("rate")
-        share = data_wait_share(r, status.now)
-        rows.append(
-            (
-                str(r.get("learner")),
-                state,
-                _int(r.get("units_claimed")),
-                _int(r.get("units_finished")),
-                _int(r.get("samples")),
-                f"{float(rate):.1f}" if _number(rate) else "-",
-                "-" if share is None else f"{100 * share:.1f}",
-                age,
-            )
-        )
-    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    )
-    if not rows:
-        lines.append("(no learner has registered yet)")
-    total = "?" if status.total is None else str(status.total)
-    free = "?" if status.free is None else str(status.free)
-    if status.complete:
-        eta = "complete"
-    elif status.stalled:
-        eta = "none: no learner is running"
-    else:
-        eta = _duration(status.eta())
-    epoch = f" (epoch {status.epoch})" if status.epoch else ""
-    lines.append("")
-    lines.append(
-        f"units{epoch}: {status.done} done of {total}, {status.in_progress} in progress, "
-        f"{status.reclaimed} reclaimed, {free} free; ETA {eta}"
-    )
-    older = ", ".join(
-        f"epoch {k} ({left} left)" for k, left in sorted(status.unfinished_epochs.items())
-    )
-    if status.complete and older:
-        lines.append(
-            f"epoch {status.epoch} complete, but not the whole run: {older} unfinished; "
-            "show one with --epoch K"
-        )
-    elif status.complete:
-        lines.append("run complete: every unit is done")
-    elif status.stalled:
-        lines.append(
-            "stalled: work is left but no live learner holds a lease; start a learner with "
-            "the same job to finish it (it resumes where the run stopped)"
-        )
-    if not status.takeovers:
-        lines.append(
-            "note: this store has no compare-and-swap, so claims are permanent: units of a "
-            "lost learner are not taken over"
-        )
-    for key in status.unreadable:
-        lines.append(f"warning: {key} does not hold a readable record; skipped")
-    return "\n".join(lines)
-
-
-def lane_of(identifier: str) -> str:
-    """A unit's lane: its identifier up to the last ``-`` (``""`` when it has none)."""
-    return identifier.rsplit("-", 1)[0] if "-" in identifier else ""
-
-
-def _bars(status: RunStatus, origin: float) -> tuple[list[str], list[tuple[Any, ...]], float]:
-    labels, bars = [], []
-    end_of_run = origin
-    for row, record in enumerate(status.learners):
-        units = [u for u in record.get("units") or [] if isinstance(u, list) and len(u) >= 4]
-        labels.append(f"{record.get('learner')} ({len(units)} units)")
-        until = next(
-            (float(t) for t in (record.get("finished_at"), record.get("updated_at")) if _number(t)),
-            status.now,
-        )
-        for entry in units:
-            identifier, claimed, started, finished = entry[:4]
-            begin = started if _number(started) else claimed
-            if not _number(begin):
-                continue
-            end = float(finished) if _number(finished) else until
-            end_of_run = max(end_of_run, end)
-            reclaimed = bool(entry[4]) if len(entry) > 4 else False
-            lane = lane_of(str(identifier))
-            bars.append((row, float(begin) - origin, end - float(begin), lane, reclaimed))
-    return labels, bars, end_of_run
-
-
-def plot_gantt(status: RunStatus, path: str) -> None:
-    """Draw one row per learner and one bar per unit, coloured by lane, into ``path``.
-
-    Units taken over from another learner are hatched, on the row of the learner that
-    finished them.
-
-    Raises:
-        MissingDependencyError: matplotlib is not installed (``gradientmail[plot]``).
-    """
-    try:
-        from matplotlib.figure import Figure
-        from matplotlib.patches import Patch
-    except ImportError as exc:
-        error = MissingDependencyError("matplotlib", "plot")
-        error.args = (
-            "--plot needs the Python package 'matplotlib', which is not installed; "
-            "install it with: pip install 'gradientmail[plot]'",
-        )
-        raise error from exc
-    origin = status.started_at or status.now
-    labels, bars, end_of_run = _bars(status, origin)
-    lanes = {lane: index for index, lane in enumerate(sorted({bar[3] for bar in bars}))}
-    figure = Figure(figsize=(10, 1.2 + 0.6 * max(1, len(labels))))
-    axes = figure.add_subplot()
-    palette = [f"C{i % 10}" for i in range(max(1, len(lanes)))]
-    for row, start, width, lane, reclaimed in bars:
-        axes.barh(
-            row,
-            width,
-            left=start,
-            height=0.6,
-            color=palette[lanes[lane]],
-            edgecolor="black" if reclaimed else "white",
-            hatch="//" if reclaimed else None,
-        )
-    axes.set_yticks(range(len(labels)), labels)
-    axes.invert_yaxis()
-    axes.set_xlabel("seconds since the first learner started")
-    axes.set_title(f"units per learner over time; makespan {end_of_run - origin:.1f}s")
-    handles = [Patch(color=palette[i], label=lane or "(none)") for lane, i in lanes.items()]
-    if any(bar[4] for bar in bars):
-        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="reclaimed"))
-    if len(handles) > 1:
-        axes.legend(
-            handles=handles,
-            title="lane",
-            loc="upper left",
-            bbox_to_anchor=(1.01, 1.0),
-            fontsize="small",
-        )
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)

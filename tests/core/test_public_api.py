@@ -199,6 +199,8 @@ PUBLIC_API: dict[str, list[str]] = {
         "power_statement",
     ],
     "gradientmail.conformance._main_guard": ["unguarded_main_call"],
+    "gradientmail._status_plot": ["lane_of", "plot_gantt"],
+    "gradientmail._status_text": ["data_wait_share", "format_status"],
     "gradientmail.conformance.preflight": ["DEADLINE", "Problem", "diagnose", "preflight"],
     "gradientmail.conformance.properties": [
         "BIG",

@@ -3,6 +3,8 @@
 Exit status: 0 for a report (and, with ``--watch``, once the run is complete); 1 when the URL
 holds no run, when a learner failed, or, with ``--watch``, when work is left but no learner
 is running. ``status`` only reads: it never creates the mailbox's directory or any key.
+``--watch`` started before the run's first learner waits for the run to appear (a
+``file://`` URL's directory must exist).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isdir(folder):
             raise ConfigurationError(f"--plot: the folder {folder!r} does not exist; create it")
     mailbox = from_url(args.url)
+    waiting = False
     while True:
         status = read_status(mailbox, args.epoch)
         models = format_shared_models(read_shared_models(mailbox))
@@ -75,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
             if models:
                 print(models, flush=True)
                 return 0
+            if args.watch:
+                # A watch started before the first learner: wait for the run to appear.
+                if not waiting:
+                    print(f"no run at {mailbox.url} yet; waiting for one to start", flush=True)
+                    waiting = True
+                time.sleep(args.interval)  # a redraw period, not synchronisation
+                continue
             print(f"no run at {mailbox.url}: no manifest, learner or claim", file=sys.stderr)
             return 1
         text = format_status(status) + (f"\n\n{models}" if models else "")

@@ -1,0 +1,93 @@
+"""Status tells a silent learner from a running one, and a live idle one from a dead one."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gradientmail.cli.status as status_cli
+from gradientmail import Mailbox, from_url
+from gradientmail.cli import main
+from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.status import format_status, read_status
+
+
+def put_lease(box: Mailbox, name: str, renewed_ago: float, lease: float = 60.0) -> None:
+    record = {
+        "holder": name,
+        "incarnation": 1,
+        "state": "running",
+        "lease": lease,
+        "period": lease / 3,
+        "renewed_at": time.time() - renewed_ago,
+    }
+    box.put(f"leases/{name}", json.dumps(record).encode())
+
+
+def put_progress(box: Mailbox, name: str, reported_ago: float, started_ago: float = 100) -> None:
+    now = time.time()
+    record = {"state": "running", "started_at": now - started_ago, "updated_at": now - reported_ago}
+    box.put(f"learners/{name}", json.dumps(record).encode())
+
+
+def test_a_lease_that_missed_renewals_reads_silent_with_the_time_until_lost(
+    box: Mailbox,
+) -> None:
+    put_progress(box, "dead", reported_ago=40)
+    put_lease(box, "dead", renewed_ago=40)  # period 20 s: 2 periods without a renewal
+    put_progress(box, "alive", reported_ago=40)  # idle: nothing new to report...
+    put_lease(box, "alive", renewed_ago=5)  # ...but its lease is renewed
+    status = read_status(box)
+    rows = {r["learner"]: r for r in status.learners}
+    assert rows["dead"]["state"] == "silent"
+    assert rows["dead"]["lost_in_s"] == pytest.approx(90 - 40, abs=2)
+    assert rows["alive"]["state"] == "running"
+    text = format_status(status)
+    assert "silent (lost in 5" in text  # 50 s, give or take the read
+    alive_line = next(line for line in text.splitlines() if line.startswith("alive"))
+    assert alive_line.rstrip().endswith(("5s ago", "6s ago"))  # its renewal, not its report
+    assert status.running
+    assert not status.stalled
+
+
+def test_the_eta_waits_for_a_silent_learner_holding_units(box: Mailbox) -> None:
+    units = {f"u{i}": i for i in range(4)}
+    with shared_queue(units, mailbox=box, learner_id="fast", load=lambda u: [u]) as q:
+        for n, _ in enumerate(q):
+            if n == 1:
+                break  # one unit done (the loop asked past it), the rest released
+    box.put("units/u3", json.dumps({"owner": "dead", "token": "t", "claimed_at": 0}).encode())
+    for name, ago in (("dead", 40), ("fast", 0)):
+        put_progress(box, name, reported_ago=ago, started_ago=1)  # at its rate: seconds left
+        put_lease(box, name, renewed_ago=ago)
+    status = read_status(box)
+    assert status.in_progress == 1
+    eta = status.eta()
+    assert eta is not None
+    assert eta >= 45  # at least the dead learner's wait until it reads as lost
+
+
+def test_watch_started_before_the_first_learner_waits_for_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"file://{tmp_path}"
+    calls: list[int] = []
+    real = status_cli.read_status
+
+    def read_then_start(mailbox: Any, epoch: Any = None) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the watcher has seen no run once: now the run starts
+            box = from_url(url)
+            with shared_queue({"a": 1}, mailbox=box, learner_id="n", load=lambda u: [u]) as q:
+                list(q)
+        return real(mailbox, epoch)
+
+    monkeypatch.setattr(status_cli, "read_status", read_then_start)
+    assert main(["status", url, "--watch", "--interval", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "yet; waiting for one to start" in out
+    assert "run complete" in out
