@@ -100,6 +100,8 @@ class ClaimLoop:
         self.wait_for_others = wait_for_others
         #: ``True`` when the thread ended while other learners still held unfinished units.
         self.others_unfinished = False
+        #: owner -> units it held unfinished, as the last scan for takeovers found them.
+        self.holders: dict[str, list[str]] = {}
         self.learner = claims.learner_id
         view.paged = view.sorted and lists_from_a_key(claims.mailbox)
         self.watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=lease.duration)
@@ -247,6 +249,14 @@ class ClaimLoop:
             found = self.reclaim()  # one scan decides (claims are permanent, or no waiting)
             if found is _WAIT and not self.wait_for_others:
                 self.others_unfinished = True
+                held = ", ".join(f"{o} ({len(u)})" for o, u in sorted(self.holders.items()))
+                _log.warning(
+                    "%r ends epoch %s with no unit free while other learners hold unfinished "
+                    "units: %s; they finish them, or a restart with the same learner id does",
+                    self.learner,
+                    self.claims.layout.epoch,
+                    held or "(owners not read)",
+                )
                 return None
             return found
         if self.look():
@@ -386,6 +396,7 @@ class ClaimLoop:
                 self.takeovers.append(ident)
             else:
                 by_owner.setdefault(record.owner, []).append(ident)
+        self.holders = {o: c for o, c in by_owner.items() if o != self.learner}
         for owner, claimed in sorted(by_owner.items()):
             if owner == self.learner:
                 continue
