@@ -606,6 +606,37 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a script without a __main__ guard starts racer processes that each rerun the suite",
     ),
+    Mutant(
+        "lease-renewal-unsettled",
+        "patterns/leases.py",
+        (
+            (
+                "                new = self._settle(self.incarnation)[1]\n"
+                "                if new is None:\n"
+                "                    raise",
+                "                raise",
+            ),
+        ),
+        ("tests/patterns/test_ambiguous_writes.py",),
+        "a renewal whose response was lost is not settled by the record: the holder keeps "
+        "the old version and its next renewal thinks the lease was taken",
+    ),
+    Mutant(
+        "manifest-create-unsettled",
+        "patterns/progress.py",
+        (
+            (
+                "        except OutcomeUnknownError:\n"
+                "            try:\n"
+                "                stored = mailbox.get(key)",
+                "        except KeyError:\n"
+                "            try:\n"
+                "                stored = mailbox.get(key)",
+            ),
+        ),
+        ("tests/patterns/test_ambiguous_writes.py",),
+        "an ambiguous create of the manifest or the identifier list kills the learner",
+    ),
 )
 
 

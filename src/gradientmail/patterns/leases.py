@@ -50,7 +50,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradientmail.backends.base import new_write_id
-from gradientmail.errors import BackendError, ConfigurationError, LeaseLostError
+from gradientmail.errors import (
+    BackendError,
+    ConfigurationError,
+    LeaseLostError,
+    OutcomeUnknownError,
+)
 from gradientmail.mailbox import Capability, Mailbox, Version
 from gradientmail.patterns.claims import decode_record, encode_record
 from gradientmail.patterns.workers import Worker
@@ -175,7 +180,17 @@ class Lease:
         """
         while True:
             sent = time.monotonic()
-            if self.mailbox.put_if_absent(self.key, self._body(1, "running")):
+            try:
+                created = self.mailbox.put_if_absent(self.key, self._body(1, "running"))
+            except OutcomeUnknownError:
+                # The record says whether our create landed: our token, incarnation 1.
+                ours, settled = self._settle(1)
+                if not ours:
+                    continue  # not ours (or not there yet): decide again from what is stored
+                self.incarnation = 1
+                self._stored(settled, sent)
+                return
+            if created:
                 self.incarnation = 1
                 self._stored(self._read_version(), sent)
                 return
@@ -189,9 +204,12 @@ class Lease:
             sent = time.monotonic()
             body = self._body(incarnation, "running")
             if self._cas:
-                new = self.mailbox.put_if_match(self.key, body, version)
+                try:
+                    new = self.mailbox.put_if_match(self.key, body, version)
+                except OutcomeUnknownError:
+                    new = self._settle(incarnation)[1]
                 if new is None:
-                    continue  # it changed while we looked: decide again
+                    continue  # it changed while we looked (or our swap did not land): again
             else:
                 self.mailbox.put(self.key, body)
                 new = None
@@ -280,7 +298,13 @@ class Lease:
                 self._stored(None, sent)
                 return
             assert self._version is not None
-            new = self.mailbox.put_if_match(self.key, body, self._version)
+            try:
+                new = self.mailbox.put_if_match(self.key, body, self._version)
+            except OutcomeUnknownError:
+                # Our renewal may have landed: the record's token and sequence number say.
+                new = self._settle(self.incarnation)[1]
+                if new is None:
+                    raise  # it did not (yet): the lease is as it was, the next renewal retries
             if new is None:
                 self._lost = self._why_lost()
                 _log.warning("%r lost its lease %r: %s", self.holder, self.key, self._lost)
@@ -370,6 +394,25 @@ class Lease:
     def _read_version(self) -> Version | None:
         current = self._read() if self._cas else None
         return None if current is None else current[1]
+
+    def _settle(self, incarnation: int) -> tuple[bool, Version | None]:
+        """After an ambiguous write: whether our record is the one stored, and its version
+        (``None`` on a store without compare-and-swap).
+
+        Ours means this holder's token, the incarnation written and the sequence number of
+        the write just sent: only that write can have stored all three.
+        """
+        try:
+            current = self._read()
+        except BackendError:
+            return False, None
+        if current is None:
+            return False, None
+        record, version = current
+        stored = (record.get("token"), record.get("incarnation"), record.get("seq"))
+        if stored != (self._token, incarnation, self._seq):
+            return False, None
+        return True, version if self._cas else None
 
     def _why_lost(self) -> str:
         current = self._read()

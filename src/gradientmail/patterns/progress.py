@@ -48,14 +48,19 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gradientmail.backends.options import redact
-from gradientmail.errors import ConfigurationError, RunMismatchError
+from gradientmail.errors import (
+    ConfigurationError,
+    KeyNotFoundError,
+    OutcomeUnknownError,
+    RunMismatchError,
+)
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns.claims import encode_record, read_record
+from gradientmail.patterns.claims import decode_record, encode_record, read_record
 
 __all__ = [
     "EPOCHS_PREFIX",
@@ -135,6 +140,31 @@ def digest_of(identifiers: Iterable[str]) -> str:
     return hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
 
+def _settled_create(
+    mailbox: Mailbox, key: str, data: bytes, same: Callable[[bytes], bool], tries: int = 3
+) -> bool:
+    """``put_if_absent``, with an ambiguous outcome settled by reading the key back.
+
+    ``same(stored)`` says whether what is stored is as good as ours (the same digest):
+    then the create counts as ours. A key still missing is created again.
+
+    Raises:
+        OutcomeUnknownError: still ambiguous after ``tries`` attempts.
+    """
+    for attempt in range(tries):
+        try:
+            return mailbox.put_if_absent(key, data)
+        except OutcomeUnknownError:
+            try:
+                stored = mailbox.get(key)
+            except KeyNotFoundError:
+                if attempt + 1 == tries:
+                    raise
+                continue  # our create did not land (or not yet): create again
+            return same(stored)
+    raise AssertionError("unreachable")
+
+
 def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
     """Create the run's manifest, or check that ``identifiers`` match the stored one.
 
@@ -155,9 +185,16 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
     if stored is None:
         # The list first: whoever reads the manifest can then always read the list.
         own_list = f"{MANIFEST_UNITS_KEY}/{digest}"
-        wrote_list = mailbox.put_if_absent(own_list, json.dumps(ordered).encode("utf-8"))
+        listed = json.dumps(ordered).encode("utf-8")
+        wrote_list = _settled_create(mailbox, own_list, listed, lambda data: data == listed)
         body = {"units": len(identifiers), "digest": digest, "created_at": time.time()}
-        if mailbox.put_if_absent(MANIFEST_KEY, encode_record(body)):
+        created = _settled_create(
+            mailbox,
+            MANIFEST_KEY,
+            encode_record(body),
+            lambda data: (decode_record(data) or {}).get("digest") == digest,
+        )
+        if created:
             return True
         stored = read_record(mailbox, MANIFEST_KEY)
     stored = stored or {}
