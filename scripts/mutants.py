@@ -637,6 +637,22 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/patterns/test_ambiguous_writes.py",),
         "an ambiguous create of the manifest or the identifier list kills the learner",
     ),
+    Mutant(
+        "manifest-values-ignored",
+        "patterns/progress.py",
+        (
+            (
+                "        if values is not None and isinstance(theirs_values, str)"
+                " and theirs_values != values:",
+                "        if False:",
+            ),
+        ),
+        (
+            "tests/patterns/test_refused_learner.py::test_resuming_with_the_same_ids_but_other_values_is_refused",
+        ),
+        "a resume with the same identifiers but other unit values is accepted: old and new "
+        "data mix in one run",
+    ),
 )
 
 

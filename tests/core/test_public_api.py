@@ -497,6 +497,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "push_reporter",
         "queue_entered",
         "queue_left",
+        "values_digest",
     ],
     "gradientmail.patterns.shared_queue": [
         "DEFAULT_LEASE",

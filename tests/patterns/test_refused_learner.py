@@ -84,3 +84,40 @@ def test_a_learner_that_failed_after_it_counted_is_still_failed(rig: Any) -> Non
         counted_then_refused()
     record = read_status(box).learners
     assert [(r["learner"], r["state"]) for r in record] == [("c", "failed")]
+
+
+def test_resuming_with_the_same_ids_but_other_values_is_refused(rig: Any) -> None:
+    box = rig.fresh()
+    old = {f"shard-{i}": f"v1/shard-{i}.bin" for i in range(3)}
+    new = {f"shard-{i}": f"v2/shard-{i}.bin" for i in range(3)}
+    with shared_queue(old, mailbox=box, learner_id="a", load=lambda u: [u]) as q:
+        first = next(q)  # the run is under way, with old data
+
+    def run(units: dict[str, str]) -> list[str]:
+        with shared_queue(units, mailbox=box, learner_id="a", load=lambda u: [u]) as queue:
+            return list(queue)
+
+    with pytest.raises(RunMismatchError, match="same 3 unit identifiers but other unit values"):
+        run(new)
+    with shared_queue(old, mailbox=box, learner_id="a", load=lambda u: [u]) as q:
+        rest = list(q)  # the same values resume
+    assert first.startswith("v1/")
+    assert all(item.startswith("v1/") for item in rest)
+
+
+def test_values_that_are_not_json_are_not_fingerprinted(rig: Any) -> None:
+    box = rig.fresh()
+
+    class Shard:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+    units = {f"s{i}": Shard(i) for i in range(2)}
+    with shared_queue(units, mailbox=box, learner_id="a", load=lambda u: [u.n]) as q:
+        assert sorted(q) == [0, 1]
+    import json
+
+    assert "values" not in json.loads(box.get("manifest"))
+    again = {f"s{i}": Shard(i + 10) for i in range(2)}  # cannot be told apart: accepted
+    with shared_queue(again, mailbox=box, learner_id="a", load=lambda u: [u.n]) as q:
+        assert list(q) == []

@@ -4,9 +4,11 @@ Run layout: every key a ``shared_queue`` run writes is named here, and nowhere e
 ``gradientmail status`` and the queue read the same keys.
 
 ``manifest``
-    ``{"units": total, "digest": sha256 of the sorted identifiers, "created_at": unix
-    seconds}``, created with ``put_if_absent`` by the first learner to start. A learner
-    whose mapping has another digest is refused, so runs are never mixed.
+    ``{"units": total, "digest": sha256 of the sorted identifiers, "values": sha256 of the
+    identifiers with their values as JSON (absent when a value is not JSON), "created_at":
+    unix seconds}``, created with ``put_if_absent`` by the first learner to start. A learner
+    whose mapping has another digest, or the same identifiers with values of another
+    fingerprint, is refused, so runs are never mixed.
 ``manifest-units/{digest}``
     The sorted identifiers as a JSON list, under the digest they hash to, read only to name
     the first difference when a mapping does not match. Each job writes its own, so a job
@@ -48,7 +50,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -80,6 +82,7 @@ __all__ = [
     "push_reporter",
     "queue_entered",
     "queue_left",
+    "values_digest",
 ]
 
 #: ``{"units": total, ...}``, created by the first learner to start.
@@ -165,7 +168,25 @@ def _settled_create(
     raise AssertionError("unreachable")
 
 
-def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
+def values_digest(units: Mapping[str, Any]) -> str | None:
+    """SHA-256 over each unit's identifier and value as JSON, in identifier order.
+
+    ``None`` when a value is not JSON (a tensor, a custom object): such values cannot be
+    hashed the same way on every host, so the run records no fingerprint of them.
+    """
+    digest = hashlib.sha256()
+    try:
+        for ident in sorted(units):
+            encoded = json.dumps([ident, units[ident]], sort_keys=True, allow_nan=False)
+            digest.update(encoded.encode("utf-8") + b"\n")
+    except (TypeError, ValueError):
+        return None
+    return digest.hexdigest()
+
+
+def check_manifest(
+    mailbox: Mailbox, identifiers: list[str], units: Mapping[str, Any] | None = None
+) -> bool:
     """Create the run's manifest, or check that ``identifiers`` match the stored one.
 
     Returns:
@@ -174,10 +195,14 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
 
     Raises:
         RunMismatchError: the run at this mailbox has other units; the message names the
-            counts and the first identifier (in sorted order) that differs.
+            counts and the first identifier (in sorted order) that differs. Or the same
+            identifiers with other values: with ``units`` whose values are JSON, the
+            manifest records their fingerprint (``values``), and a learner whose values
+            hash otherwise is refused. Values that are not JSON are not fingerprinted.
     """
     ordered = sorted(identifiers)
     digest = digest_of(ordered)
+    values = None if units is None else values_digest(units)
     # One read first: a learner joining a run does not upload the identifier list (a
     # megabyte for 100,000 units) only to have the store refuse it.
     stored = read_record(mailbox, MANIFEST_KEY)
@@ -188,6 +213,8 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
         listed = json.dumps(ordered).encode("utf-8")
         wrote_list = _settled_create(mailbox, own_list, listed, lambda data: data == listed)
         body = {"units": len(identifiers), "digest": digest, "created_at": time.time()}
+        if values is not None:
+            body["values"] = values
         created = _settled_create(
             mailbox,
             MANIFEST_KEY,
@@ -199,6 +226,14 @@ def check_manifest(mailbox: Mailbox, identifiers: list[str]) -> bool:
         stored = read_record(mailbox, MANIFEST_KEY)
     stored = stored or {}
     if stored.get("digest") == digest:
+        theirs_values = stored.get("values")
+        if values is not None and isinstance(theirs_values, str) and theirs_values != values:
+            raise RunMismatchError(
+                f"the run at {mailbox.url} has the same {len(identifiers)} unit identifiers "
+                "but other unit values (their fingerprint differs): resuming would mix old "
+                "and new data in one run. Pass the same units mapping, or start the new "
+                "data under a new prefix in the URL"
+            )
         return False
     if wrote_list:
         # Another job won the manifest: this job's list is not the run's.

@@ -190,7 +190,7 @@ class SharedQueue(Generic[T]):
 
     def _start(self) -> None:
         """Check the manifest, take the lease, start the loader and the recorder."""
-        check_manifest(self._mailbox, self._identifiers)
+        check_manifest(self._mailbox, self._identifiers, self._units)
         self._lease.acquire()
         self._lease.start()
         claims = UnitClaims(self._mailbox, self._layout, self.learner_id, self._lease.incarnation)
