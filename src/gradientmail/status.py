@@ -47,6 +47,7 @@ from typing import Any, TypeGuard
 
 from gradientmail._status_plot import lane_of, plot_gantt
 from gradientmail._status_text import data_wait_share, format_status
+from gradientmail.backends.options import redact
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns.claims import decode_record, parse_claim, read_record
 from gradientmail.patterns.progress import (
@@ -59,6 +60,7 @@ from gradientmail.patterns.progress import (
 
 __all__ = [
     "RunStatus",
+    "as_json",
     "data_wait_share",
     "format_status",
     "lane_of",
@@ -297,6 +299,66 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         epoch_started=layout.epoch == 0 or next(iter(mailbox.list(layout.base)), None) is not None,
         unfinished_epochs=unfinished,
     )
+
+
+#: The keys of a learner row in :func:`as_json`, when its records hold them.
+_LEARNER_FIELDS = (
+    "state",
+    "error",
+    "units_claimed",
+    "units_finished",
+    "samples",
+    "steps",
+    "rate",
+    "data_wait_s",
+    "started_at",
+    "updated_at",
+    "seen_at",
+    "silent_s",
+    "lost_in_s",
+)
+
+
+def as_json(status: RunStatus, url: str) -> dict[str, Any]:
+    """``gradientmail status --json``: the facts of the table, for dashboards and alerts.
+
+    Schema (version 1): ``schema`` (1), ``url``, ``now`` (unix seconds), ``epoch``,
+    ``newest_epoch``, ``epoch_started``, ``units`` ({``total`` (``null`` if unknown),
+    ``done``, ``in_progress``, ``reclaimed``, ``free``, ``left``}), ``complete``,
+    ``stalled``, ``eta_s`` (``null`` if unknown), ``unfinished_epochs`` ({epoch: units
+    left}, older epochs only), ``learners`` (one object per row, sorted like the table:
+    ``learner``, ``state`` (``running``, ``silent``, ``finished``, ``failed``,
+    ``released``, ``lost``) and, where recorded, the other keys of ``_LEARNER_FIELDS``:
+    counts, ``rate`` (samples/s), seconds and unix times), and ``unreadable`` (keys).
+    New keys may be added; existing ones keep their meaning.
+    """
+    learners = []
+    for row in status.learners:
+        entry = {"learner": row.get("learner")}
+        entry.update({k: row[k] for k in _LEARNER_FIELDS if k in row})
+        learners.append(entry)
+    return {
+        "schema": 1,
+        "url": redact(url),
+        "now": status.now,
+        "epoch": status.epoch,
+        "newest_epoch": status.newest_epoch,
+        "epoch_started": status.epoch_started,
+        "units": {
+            "total": status.total,
+            "done": status.done,
+            "in_progress": status.in_progress,
+            "reclaimed": status.reclaimed,
+            "free": status.free,
+            "left": status.left,
+        },
+        "complete": status.complete,
+        "stalled": status.stalled,
+        "eta_s": status.eta(),
+        "unfinished_epochs": {str(k): v for k, v in sorted(status.unfinished_epochs.items())},
+        "learners": learners,
+        "unreadable": list(status.unreadable),
+    }
 
 
 def _natural(name: str) -> tuple[str | int, ...]:

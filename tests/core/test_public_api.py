@@ -523,6 +523,7 @@ PUBLIC_API: dict[str, list[str]] = {
     "gradientmail.session": ["LEARNERS_PREFIX", "Session", "active_session"],
     "gradientmail.status": [
         "RunStatus",
+        "as_json",
         "data_wait_share",
         "format_status",
         "lane_of",

@@ -91,3 +91,35 @@ def test_watch_started_before_the_first_learner_waits_for_the_run(
     out = capsys.readouterr().out
     assert "yet; waiting for one to start" in out
     assert "run complete" in out
+
+
+def test_status_json_holds_the_facts_of_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{tmp_path}"
+    box = from_url(url)
+    units = {f"u{i}": i for i in range(3)}
+    from gradientmail.session import Session
+
+    with (
+        Session(box, "n") as session,
+        shared_queue(units, mailbox=box, learner_id="n", load=lambda u: [u]) as q,
+    ):
+        for _ in q:
+            session.step(samples=2)
+    assert main(["status", url, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == 1
+    assert doc["url"] == url
+    assert doc["units"] == {
+        "total": 3, "done": 3, "in_progress": 0, "reclaimed": 0, "free": 0, "left": 0
+    }  # fmt: skip
+    assert doc["complete"] is True
+    assert doc["stalled"] is False
+    assert doc["eta_s"] == 0.0
+    (row,) = doc["learners"]
+    assert row["learner"] == "n"
+    assert row["state"] == "finished"
+    assert row["units_finished"] == 3
+    assert row["samples"] == 6
+    assert doc["unfinished_epochs"] == {}

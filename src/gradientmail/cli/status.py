@@ -10,6 +10,7 @@ is running. ``status`` only reads: it never creates the mailbox's directory or a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -17,7 +18,7 @@ import time
 from gradientmail._exchange.report import format_shared_models, read_shared_models
 from gradientmail.backends.options import redact
 from gradientmail.errors import ConfigurationError
-from gradientmail.status import format_status, plot_gantt, read_status
+from gradientmail.status import as_json, format_status, plot_gantt, read_status
 from gradientmail.urls import from_url
 
 
@@ -34,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--epoch", type=_epoch, default=None, help="the epoch to show, 0 or more (default: newest)"
     )
     parser.add_argument("--plot", metavar="PNG", help="also draw a Gantt chart into this file")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the same facts as one JSON object (schema: gradientmail.status.as_json)",
+    )
 
 
 def _epoch(text: str) -> int:
@@ -87,8 +93,11 @@ def run(args: argparse.Namespace) -> int:
                 continue
             print(f"no run at {mailbox.url}: no manifest, learner or claim", file=sys.stderr)
             return 1
-        text = format_status(status) + (f"\n\n{models}" if models else "")
-        if args.watch and sys.stdout.isatty():
+        if args.json:
+            text = json.dumps(as_json(status, mailbox.url), sort_keys=True)
+        else:
+            text = format_status(status) + (f"\n\n{models}" if models else "")
+        if args.watch and sys.stdout.isatty() and not args.json:
             text = "\x1b[2J\x1b[H" + text
         print(text, flush=True)
         if not args.watch or status.complete or status.stalled:
