@@ -181,11 +181,11 @@ def test_default_cli_run_fails_check_then_write_in_every_run(
 ) -> None:
     """The whole default run, N times; then the process races N times on the shared fake.
 
-    N is 20 with ``GM_STRESS=full`` and 4 in CI: the per-run power of the race properties
+    N is 20 with ``GM_STRESS=full`` and 3 in CI: the per-run power of the race properties
     against a store that is rarely non-atomic is measured in test_conformance_power.py
     (19 of 20 runs at 0.2 % of keys); here every run must catch an always-racy store.
     """
-    runs = stress.size(ci=4, full=20)
+    runs = stress.size(ci=3, full=20)
     for run in range(runs):
         status, lines = run_cli(capsys, f"check-then-write://full{run}")
         assert status == 1, f"run {run}:\n" + "\n".join(lines)

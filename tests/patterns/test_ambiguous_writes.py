@@ -22,6 +22,13 @@ from tests.support.delegating import Delegating
 UNITS = {f"u{i}": i for i in range(6)}
 
 
+@pytest.fixture
+def box(local_box: Mailbox) -> Mailbox:
+    """``memory://`` and ``file://``: the mechanism is gradientmail's own, above the
+    Mailbox interface (see ``tests.support.rigs.local_rig``)."""
+    return local_box
+
+
 class Ambiguous(Delegating):
     """Raises OutcomeUnknownError on the first conditional write to each key under
     ``prefixes``: after storing it (a lost response) or instead of it (a lost request)."""

@@ -14,6 +14,13 @@ from gradientmail.patterns.shared_queue import shared_queue
 UNITS = {f"u{i}": i for i in range(4)}
 
 
+@pytest.fixture
+def box(local_box: Mailbox) -> Mailbox:
+    """``memory://`` and ``file://``: the mechanism is gradientmail's own, above the
+    Mailbox interface (see ``tests.support.rigs.local_rig``)."""
+    return local_box
+
+
 def test_ending_beside_held_units_names_their_holder(
     box: Mailbox, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -19,6 +19,13 @@ from gradientmail.patterns.shared_queue import shared_queue
 UNITS = {f"{i:04d}": i for i in range(10)}
 
 
+@pytest.fixture
+def box(local_box: Mailbox) -> Mailbox:
+    """``memory://`` and ``file://``: the mechanism is gradientmail's own, above the
+    Mailbox interface (see ``tests.support.rigs.local_rig``)."""
+    return local_box
+
+
 def _run_queue(box: Mailbox, **options: Any) -> tuple[list[Any], BaseException | None]:
     """Consume a queue in a thread; return what it delivered and what it raised."""
     got: list[Any] = []

@@ -21,6 +21,13 @@ from gradientmail.patterns.leases import SAFE_FRACTION, TAKEOVER_FRACTION, Lease
 SETTINGS = [(1.5, None), (1.5, 0.1)]
 
 
+@pytest.fixture
+def box(local_box: Mailbox) -> Mailbox:
+    """``memory://`` and ``file://``: the mechanism is gradientmail's own, above the
+    Mailbox interface (see ``tests.support.rigs.local_rig``)."""
+    return local_box
+
+
 @pytest.mark.parametrize(("duration", "period"), SETTINGS, ids=["queue", "pipeline"])
 def test_the_earlier_incarnation_is_stale_when_the_new_one_takes_over(
     box: Mailbox, duration: float, period: float | None

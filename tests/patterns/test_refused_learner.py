@@ -41,9 +41,9 @@ def readme_block(box: Mailbox, shards: int) -> int:
 
 
 def test_a_refused_rerun_leaves_the_finished_learner_finished(
-    rig: Any, capsys: pytest.CaptureFixture[str]
+    local_rig: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    box = rig.fresh()
+    box = local_rig.fresh()
     assert readme_block(box, 100) == 400
     before = box.get("learners/node-0")
     with pytest.raises(RunMismatchError) as refused:
@@ -57,8 +57,8 @@ def test_a_refused_rerun_leaves_the_finished_learner_finished(
     assert main(["status", box.url]) == 0, capsys.readouterr()
 
 
-def test_a_refused_learner_of_a_new_id_leaves_no_record(rig: Any) -> None:
-    box = rig.fresh()
+def test_a_refused_learner_of_a_new_id_leaves_no_record(local_rig: Any) -> None:
+    box = local_rig.fresh()
     units = {f"u{i}": i for i in range(3)}
     with shared_queue(units, mailbox=box, learner_id="a", load=lambda u: [u]) as queue:
         assert sorted(queue) == [0, 1, 2]
@@ -71,9 +71,9 @@ def test_a_refused_learner_of_a_new_id_leaves_no_record(rig: Any) -> None:
     assert "learners/b" not in list(box.list("learners/"))
 
 
-def test_a_learner_that_failed_after_it_counted_is_still_failed(rig: Any) -> None:
+def test_a_learner_that_failed_after_it_counted_is_still_failed(local_rig: Any) -> None:
     """The record is put back only for a refusal before anything was counted."""
-    box = rig.fresh()
+    box = local_rig.fresh()
 
     def counted_then_refused() -> None:
         with gradientmail.Session(box, "c") as session:
@@ -86,8 +86,8 @@ def test_a_learner_that_failed_after_it_counted_is_still_failed(rig: Any) -> Non
     assert [(r["learner"], r["state"]) for r in record] == [("c", "failed")]
 
 
-def test_resuming_with_the_same_ids_but_other_values_is_refused(rig: Any) -> None:
-    box = rig.fresh()
+def test_resuming_with_the_same_ids_but_other_values_is_refused(local_rig: Any) -> None:
+    box = local_rig.fresh()
     old = {f"shard-{i}": f"v1/shard-{i}.bin" for i in range(3)}
     new = {f"shard-{i}": f"v2/shard-{i}.bin" for i in range(3)}
     with shared_queue(old, mailbox=box, learner_id="a", load=lambda u: [u]) as q:
@@ -105,8 +105,8 @@ def test_resuming_with_the_same_ids_but_other_values_is_refused(rig: Any) -> Non
     assert all(item.startswith("v1/") for item in rest)
 
 
-def test_values_that_are_not_json_are_not_fingerprinted(rig: Any) -> None:
-    box = rig.fresh()
+def test_values_that_are_not_json_are_not_fingerprinted(local_rig: Any) -> None:
+    box = local_rig.fresh()
 
     class Shard:
         def __init__(self, n: int) -> None:

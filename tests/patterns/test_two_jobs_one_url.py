@@ -14,6 +14,13 @@ from gradientmail.patterns.progress import MANIFEST_UNITS_KEY, check_manifest, d
 from tests.support.delegating import Delegating
 
 
+@pytest.fixture
+def box(local_box: Mailbox) -> Mailbox:
+    """``memory://`` and ``file://``: the mechanism is gradientmail's own, above the
+    Mailbox interface (see ``tests.support.rigs.local_rig``)."""
+    return local_box
+
+
 class OtherJobBetweenListAndManifest(Delegating):
     """Job B's handle: right after B stores its identifier list, job A starts and wins."""
 

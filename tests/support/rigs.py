@@ -99,6 +99,20 @@ def box(rig: Rig) -> Iterator[Mailbox]:
         close()
 
 
+@pytest.fixture(params=["memory", "file"])
+def local_rig(request: pytest.FixtureRequest) -> Rig:
+    """``memory://`` and ``file://`` only: for mechanisms of gradientmail's own code above
+    the Mailbox interface (a lease's takeover, settling an ambiguous write, a run's
+    manifest), whose backend semantics the contract suite checks on every backend."""
+    return request.getfixturevalue(f"rig_{request.param}")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def local_box(local_rig: Rig) -> Mailbox:
+    """A fresh, empty mailbox on ``memory://`` and ``file://`` (see :func:`local_rig`)."""
+    return local_rig.fresh()
+
+
 @pytest.fixture
 def tmp_root() -> Iterator[str]:
     """A temporary directory for file:// tests that need the raw path."""
