@@ -416,6 +416,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "gradientmail.patterns.hash_ring": ["Ring", "point"],
     "gradientmail.patterns.idle_watch": ["IdleWatch", "POLLS_PER_SECOND", "Poll", "WATCHERS"],
+    "gradientmail.patterns.lease_watch": ["LIVE_STATES", "LeaseState", "LeaseWatcher"],
     "gradientmail.patterns.leases": [
         "Lease",
         "LeaseState",
