@@ -64,9 +64,8 @@ RENEWALS_PER_LEASE = 3
 #: the duration ago; the rest is margin for clock rates and the time a request takes.
 SAFE_FRACTION = 0.75
 
-#: A new incarnation takes its id's lease over only after watching it unchanged for this
-#: fraction of the holder's duration: past ``SAFE_FRACTION``, with a margin for the rates of
-#: two clocks, so an earlier incarnation that was only paused can no longer trust it.
+#: A restart watches its id's lease unchanged this long (of the holder's duration) before
+#: taking it over: past ``SAFE_FRACTION``, with a margin for two clocks' rates.
 TAKEOVER_FRACTION = SAFE_FRACTION + 0.1
 
 #: Lost and declared-lost leases at WARNING; failed background renewals at DEBUG.
@@ -188,14 +187,9 @@ class Lease:
             return
 
     def _refuse_if_renewed(self, record: dict[str, Any], version: Version) -> None:
-        """Watch a ``running`` record until its holder cannot believe it fresh; refuse if it
-        changes meanwhile.
-
-        The earlier holder acts while its last renewal was *sent* less than
-        ``SAFE_FRACTION`` of its duration ago (:meth:`ensure_fresh`), and that renewal was
-        sent before this read. So the watch lasts ``TAKEOVER_FRACTION`` of the holder's
-        duration from here: a holder that was only paused, and wakes after the takeover,
-        finds its lease stale, renews, fails and stops, instead of delivering one more item.
+        """Watch a ``running`` record for ``TAKEOVER_FRACTION`` of its duration; refuse if it
+        changes. Its holder acts only within ``SAFE_FRACTION`` of a renewal sent before this
+        read, so one that was only paused wakes to a stale lease, fails to renew and stops.
         """
         duration = float(record.get("lease") or self.duration)
         renewed_at = record.get("renewed_at")
