@@ -469,6 +469,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "ledger: a swap that landed is applied twice",
     ),
     Mutant(
+        "exchange-counted-before-published",
+        "_exchange/learner.py",
+        (
+            (
+                "        return self._anchor, head.version, count",
+                "        with self._lock:\n"
+                "            self._stats = count(self._stats)\n"
+                "        return self._anchor, head.version, lambda s: s",
+            ),
+        ),
+        (
+            "tests/patterns/test_exchange.py::test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it",
+        ),
+        "the stats count an exchange before its result is handed over, so a loop pacing "
+        "itself on stats.exchanges finds nothing to adopt and starts no exchange",
+    ),
+    Mutant(
         "exchange-no-fence",
         "_exchange/membership.py",
         (

@@ -68,7 +68,8 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 
 
 def _more(exchange: Exchange, than: int) -> bool:
-    return exchange.stats.exchanges > than
+    """More than ``than`` exchanges, or a failed thread (whose error the next step raises)."""
+    return exchange.stats.exchanges > than or exchange._error is not None
 
 
 def exact_steps(
@@ -164,6 +165,39 @@ def test_lost_swap_responses_are_settled_by_the_ledger_exactly_once(box: Mailbox
     other = exact_steps(box, "plain", steps=6, size=5)
     assert lossy.lost >= 3, "the test lost responses, landed and refused ones alike"
     assert torch.equal(shared_now(box), initial() + total + other)
+
+
+def test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it() -> None:
+    """A loop pacing itself on ``stats.exchanges`` must find the counted exchange adoptable.
+
+    The exchange thread is held between applying its delta and handing the result over:
+    there, the stats must not count it yet. (They once did, and a loop that stepped on
+    seeing the count found nothing to adopt and started no exchange: a stall.)
+    """
+    box = from_url("memory://exchange-publication")
+    model = integer_model()
+    applied, release = threading.Event(), threading.Event()
+    with exact_exchange(model, box, "held", every=2) as exchange:
+        original = exchange._apply
+
+        def held(*args: Any) -> Any:
+            result = original(*args)
+            applied.set()
+            assert release.wait(60), "the test never released the exchange thread"
+            return result
+
+        exchange._apply = held  # type: ignore[method-assign]
+        exchange.step()
+        exchange.step()  # the second step hands the thread its snapshot
+        try:
+            assert applied.wait(60), "the exchange thread never applied the delta"
+            assert exchange.stats.exchanges == 0, "counted before its result can be adopted"
+        finally:
+            release.set()
+        wait_until(partial(_more, exchange, 0), 60, "the exchange's publication")
+        exchange.step()
+        exchange.step()  # adopts the first, so it starts the second
+        wait_until(partial(_more, exchange, 1), 60, "the second exchange")
 
 
 # -- one start, late joins, restarts, refusals ----------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from types import TracebackType
 
 import torch
@@ -261,19 +263,24 @@ class Exchange:
                     return
                 snapshot, leaving = self._job
                 self._job = None
+            count: Callable[[ExchangeStats], ExchangeStats] | None = None
             try:
                 if snapshot is None:
                     self.membership.mark_left()
                     shared, version = self._anchor, self._anchor_version
                 else:
                     delta = snapshot.detach().to("cpu", torch.float32) - self._anchor
-                    shared, version = self._apply(delta, leaving)
+                    shared, version, count = self._apply(delta, leaving)
             except BaseException as exc:  # noqa: BLE001 - carried to the training loop
                 with self._lock:
                     self._error = exc
                     self._lock.notify_all()
                 return
             with self._lock:
+                # One publication: stats never count an exchange that the next step()
+                # cannot adopt yet (a loop pacing itself on stats.exchanges relies on it).
+                if count is not None:
+                    self._stats = count(self._stats)
                 self._result = (shared, version)
                 self._lock.notify_all()
 
@@ -296,8 +303,13 @@ class Exchange:
         self._stats = replace(self._stats, version=version)
         return state, version
 
-    def _apply(self, delta: torch.Tensor, leaving: bool) -> tuple[torch.Tensor, int]:
-        """Apply ``delta`` to the current shared version exactly once; return what to adopt."""
+    def _apply(
+        self, delta: torch.Tensor, leaving: bool
+    ) -> tuple[torch.Tensor, int, Callable[[ExchangeStats], ExchangeStats]]:
+        """Apply ``delta`` to the current shared version exactly once.
+
+        Returns what to adopt, and how the stats count it (``_run`` publishes both at once).
+        """
         store = self.store
         pending = self._seq + 1
         while True:
@@ -376,21 +388,11 @@ class Exchange:
 
     def _done(
         self, head: Head, state: torch.Tensor, tau: int, applied: bool
-    ) -> tuple[torch.Tensor, int]:
-        """Adopt ``head``'s version as the new anchor; count the exchange or the drop."""
+    ) -> tuple[torch.Tensor, int, Callable[[ExchangeStats], ExchangeStats]]:
+        """Adopt ``head``'s version as the new anchor; how the stats count the exchange or drop."""
         self._seq = head.learners[self.learner_id].seq
         self._cached = (head.token, state)
         self._anchor = state[: self.numel].clone()
         self._anchor_version = head.version
-        with self._lock:
-            s = self._stats
-            self._stats = replace(
-                s,
-                exchanges=s.exchanges + int(applied),
-                dropped=s.dropped + int(not applied),
-                version=head.version,
-                staleness_last=tau,
-                staleness_sum=s.staleness_sum + tau * int(applied),
-                staleness_max=max(s.staleness_max, tau),
-            )
-        return self._anchor, head.version
+        count = partial(ExchangeStats.counted, version=head.version, tau=tau, applied=applied)
+        return self._anchor, head.version, count

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -34,3 +34,15 @@ class ExchangeStats:
     @property
     def staleness_mean(self) -> float:
         return self.staleness_sum / self.exchanges if self.exchanges else 0.0
+
+    def counted(self, *, version: int, tau: int, applied: bool) -> ExchangeStats:
+        """These stats after one exchange (``applied``) or one drop, at staleness ``tau``."""
+        return replace(
+            self,
+            exchanges=self.exchanges + int(applied),
+            dropped=self.dropped + int(not applied),
+            version=version,
+            staleness_last=tau,
+            staleness_sum=self.staleness_sum + tau * int(applied),
+            staleness_max=max(self.staleness_max, tau),
+        )
