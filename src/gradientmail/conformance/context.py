@@ -203,9 +203,17 @@ def require_hypothesis() -> Any:
 
 def suite_settings(hypothesis: Any, examples: int, **more: Any) -> Any:
     """The suite's hypothesis settings: ``examples`` examples, no database, no deadline,
-    no health check, one bug reported, no replay blob (the suite prints its own seed)."""
+    no health check, one bug reported, no replay blob (the suite prints its own seed).
+
+    A failure is shrunk, but not *explained*: hypothesis's explain phase replays hundreds of
+    variants of the shrunk example to mark which parts matter, each one a round of requests
+    to the store under test (minutes on an emulator under load), and the counterexample
+    the suite prints is the same without it.
+    """
+    phases = [p for p in hypothesis.Phase if p.name != "explain"]
     return hypothesis.settings(
         max_examples=examples,
+        phases=phases,
         database=None,
         deadline=None,
         suppress_health_check=list(hypothesis.HealthCheck),
