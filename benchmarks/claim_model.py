@@ -4,7 +4,7 @@
 1024 learners x 100k units that is 13 minutes a run on 2 cores, and run-to-run noise there
 (the start of 1024 threads on 2 cores moves by tens of seconds) is as large as the effect of
 a change to where learners claim. This model runs the real claim view
-(:class:`gradientmail.patterns.claim_view.View`: where a learner starts, walks, jumps,
+(:class:`gradientmail.patterns.shared_queue.policy.view.View`: where a learner starts, walks, jumps,
 sweeps, rests and looks) in one thread against one ``memory://`` mailbox, on a
 discrete-event clock:
 
@@ -53,8 +53,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from gradientmail import from_url
-from gradientmail.patterns.claim_view import View
-from gradientmail.patterns.idle_watch import POLLS_PER_SECOND
+from gradientmail.patterns.shared_queue.idle_markers import POLLS_PER_SECOND
+from gradientmail.patterns.shared_queue.policy.view import View
 from gradientmail.testing import S3_LIKE, LatencyMailbox, RequestCounts
 
 # As benchmarks/scale.py: seconds per item (times t0) by learner number, items per unit,

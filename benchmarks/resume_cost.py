@@ -49,7 +49,7 @@ from gradientmail.patterns.claims import claim_body, decode_record, encode_recor
 from gradientmail.patterns.leases import Lease
 from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout, check_manifest
 from gradientmail.patterns.shared_queue import shared_queue
-from gradientmail.patterns.unit_claims import CLAIMED, DONE
+from gradientmail.patterns.shared_queue.unit_claims import CLAIMED, DONE
 
 OLD_LEARNERS = 8
 RESUMER = "learner-0"

@@ -199,7 +199,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- shared_queue ------------------------------------------------------------------------
     Mutant(
         "loader-error-jumps-the-queue",
-        "patterns/claim_loop.py",
+        "patterns/shared_queue/loader.py",
         (
             (
                 "            self.buffer.put_control(Failed(CarriedError.of(exc), context))\n",
@@ -242,7 +242,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "unit-takeover-without-cas",
-        "patterns/unit_claims.py",
+        "patterns/shared_queue/unit_claims.py",
         (
             (
                 "        new = self.mailbox.put_if_match(self.layout.units + identifier, body, "
@@ -563,7 +563,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "claim-foreign-record-skipped",
-        "patterns/unit_claims.py",
+        "patterns/shared_queue/unit_claims.py",
         (
             (
                 "        if record is None:\n            raise ForeignRecordError(",

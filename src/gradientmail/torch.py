@@ -83,8 +83,8 @@ from gradientmail.errors import ConfigurationError
 from gradientmail.identity import learner_id as launcher_learner_id
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns.preference import preference_order
 from gradientmail.patterns.shared_queue import DEFAULT_LEASE, shared_queue
+from gradientmail.patterns.shared_queue.policy.preference import preference_order
 from gradientmail.session import Session, active_session
 
 __all__ = [

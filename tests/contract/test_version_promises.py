@@ -29,7 +29,7 @@ from gradientmail.mailbox import Mailbox, Version
 from gradientmail.patterns.leases import Lease, LeaseWatcher
 from gradientmail.patterns.pipeline.item_claims import ItemClaims
 from gradientmail.patterns.progress import RunLayout
-from gradientmail.patterns.unit_claims import UnitClaims
+from gradientmail.patterns.shared_queue.unit_claims import UnitClaims
 from tests.support.rigs import Rig
 
 _names = itertools.count()

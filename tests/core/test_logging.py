@@ -27,7 +27,7 @@ from gradientmail.patterns.claims import claim, claim_body, encode_record
 from gradientmail.patterns.leases import Lease
 from gradientmail.patterns.progress import RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
-from gradientmail.patterns.unit_claims import UnitClaims
+from gradientmail.patterns.shared_queue.unit_claims import UnitClaims
 from tests.support.rigs import Rig
 
 SECRET = "U0VDUkVULUtFWS1ORVZFUi1MT0dHRUQ="  # base64, as an Azure account key is

@@ -360,7 +360,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "SupportsListStartAfter",
         "Version",
     ],
-    "gradientmail.patterns.buffer_entries": [
+    "gradientmail.patterns.shared_queue.buffer_entries": [
         "Control",
         "Exhausted",
         "Failed",
@@ -369,17 +369,14 @@ PUBLIC_API: dict[str, list[str]] = {
         "UnitStart",
         "Wake",
     ],
-    "gradientmail.patterns.claim_loop": [
-        "ClaimLoop",
-        "Exhausted",
-        "Failed",
-        "Fenced",
-        "UnitEnd",
-        "UnitStart",
-        "View",
-        "Wake",
-    ],
-    "gradientmail.patterns.claim_view": [
+    "gradientmail.patterns.shared_queue.loader": ["ClaimLoop"],
+    "gradientmail.patterns.shared_queue.consumer": ["SharedQueue"],
+    "gradientmail.patterns.shared_queue.holdings": ["Holdings"],
+    "gradientmail.patterns.shared_queue.recorder": ["CompletionRecorder"],
+    "gradientmail.patterns.shared_queue.stats": ["QueueStats"],
+    "gradientmail.patterns.shared_queue.takeover": ["Hooks", "Next", "Takeover"],
+    "gradientmail.patterns.shared_queue.waiting": ["Next", "Waiting"],
+    "gradientmail.patterns.shared_queue.policy.view": [
         "DRY_PAGES",
         "PAGE",
         "PROBES_BEFORE_LISTING",
@@ -388,7 +385,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "View",
         "lists_from_a_key",
     ],
-    "gradientmail.patterns.free_runs": ["FreeRuns", "PAGE"],
+    "gradientmail.patterns.shared_queue.policy.free_runs": ["FreeRuns", "PAGE"],
     "gradientmail.patterns.claims": [
         "ClaimRecord",
         "claim",
@@ -415,7 +412,12 @@ PUBLIC_API: dict[str, list[str]] = {
         "read_claim",
     ],
     "gradientmail.patterns.hash_ring": ["Ring", "point"],
-    "gradientmail.patterns.idle_watch": ["IdleWatch", "POLLS_PER_SECOND", "Poll", "WATCHERS"],
+    "gradientmail.patterns.shared_queue.idle_markers": [
+        "IdleWatch",
+        "POLLS_PER_SECOND",
+        "Poll",
+        "WATCHERS",
+    ],
     "gradientmail.patterns.lease_watch": ["LIVE_STATES", "LeaseState", "LeaseWatcher"],
     "gradientmail.patterns.leases": [
         "Lease",
@@ -479,7 +481,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "gradientmail.patterns.pipeline.stats": ["ConsumerStats", "PipelineStats", "ProducerStats"],
     "gradientmail.patterns.pipeline.takeover": ["Undelivered"],
-    "gradientmail.patterns.preference": ["preference_order"],
+    "gradientmail.patterns.shared_queue.policy.preference": ["preference_order"],
     "gradientmail.patterns.progress": [
         "EPOCHS_PREFIX",
         "LEARNERS_PREFIX",
@@ -510,8 +512,8 @@ PUBLIC_API: dict[str, list[str]] = {
         "shared_queue",
         "validate_segment",
     ],
-    "gradientmail.patterns.stats": ["Latencies", "QueueStats", "Stats"],
-    "gradientmail.patterns.unit_claims": [
+    "gradientmail.patterns.stats": ["Latencies", "Stats"],
+    "gradientmail.patterns.shared_queue.unit_claims": [
         "CLAIMED",
         "DONE",
         "Held",

@@ -12,7 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import Capability, Mailbox, from_url
-from gradientmail.patterns.claim_view import (
+from gradientmail.patterns.claims import encode_record
+from gradientmail.patterns.leases import LeaseWatcher
+from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout
+from gradientmail.patterns.shared_queue.idle_markers import IdleWatch
+from gradientmail.patterns.shared_queue.policy.view import (
     DRY_PAGES,
     PAGE,
     SHORT_RUN,
@@ -20,10 +24,6 @@ from gradientmail.patterns.claim_view import (
     View,
     lists_from_a_key,
 )
-from gradientmail.patterns.claims import encode_record
-from gradientmail.patterns.idle_watch import IdleWatch
-from gradientmail.patterns.leases import LeaseWatcher
-from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout
 from gradientmail.testing import NO_LATENCY, LatencyMailbox
 from tests.support.delegating import Delegating
 

@@ -6,7 +6,7 @@ import uuid
 
 from gradientmail import from_url
 from gradientmail.mailbox import SupportsListStartAfter
-from gradientmail.patterns.free_runs import PAGE, FreeRuns
+from gradientmail.patterns.shared_queue.policy.free_runs import PAGE, FreeRuns
 
 
 def ids(n: int) -> list[str]:

@@ -12,10 +12,10 @@ import pytest
 
 from gradientmail import Mailbox, from_url
 from gradientmail.patterns.claims import decode_record, encode_record
-from gradientmail.patterns.idle_watch import WATCHERS, IdleWatch
 from gradientmail.patterns.leases import LeaseWatcher
 from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.patterns.shared_queue.idle_markers import WATCHERS, IdleWatch
 from tests.support.delegating import Delegating
 from tests.support.rigs import Rig
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.patterns import shared_queue as shared_queue_module
 from gradientmail.patterns.pipeline import Pipeline, mailbox_consumer
+from gradientmail.patterns.shared_queue import consumer as shared_queue_module
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.patterns.workers import HandoffBuffer
 from tests.support.pipeline_workers import FAST, payload

@@ -24,9 +24,9 @@ from gradientmail import (
     NotSupportedError,
     TransientBackendError,
 )
-from gradientmail.patterns import shared_queue as shared_queue_module
 from gradientmail.patterns.common import WorkerError, read_claim
 from gradientmail.patterns.shared_queue import UNITS_PREFIX, shared_queue
+from gradientmail.patterns.shared_queue import consumer as shared_queue_module
 from gradientmail.patterns.workers import HandoffBuffer
 from tests.support import stress
 from tests.support.handoff_probe import WatchedBuffer, watched

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gradientmail.patterns.buffer_entries import Control, Exhausted, Failed, Fenced
+from gradientmail.patterns.shared_queue.buffer_entries import Control, Exhausted, Failed, Fenced
 from gradientmail.patterns.workers import HandoffBuffer
 
 #: Seconds after which a wait here is a hang.

@@ -4,9 +4,9 @@ Every learner computes the same answer from the same ids without asking anyone, 
 learner that knows fewer ids than another answers for a superset of what it would answer
 for knowing them all (the first id after a point among all ids is also the first among
 any subset that holds it). Used to choose the watchers of a busy learner
-(:mod:`gradientmail.patterns.idle_watch`) and the sweepers of a stretch of units
-(:mod:`gradientmail.patterns.claim_view`); a learner's point also sets where it starts in
-a shared order.
+(:mod:`gradientmail.patterns.shared_queue.idle_markers`) and the sweepers of a stretch of
+units (:mod:`gradientmail.patterns.shared_queue.policy.view`); a learner's point also sets
+where it starts in a shared order.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ Run layout: every key a ``shared_queue`` run writes is named here, and nowhere e
     Created when a learner holds no unit of the epoch and finds none free; deleted before
     it takes one over. A learner that finished, left, died or works on another epoch is
     marked by whoever finds that out. When every leased learner is marked, one listing of
-    ``done/`` tells whether the epoch is over (:mod:`gradientmail.patterns.idle_watch`).
+    ``done/`` tells whether the epoch is over
+    (:mod:`gradientmail.patterns.shared_queue.idle_markers`).
 ``complete``
     ``{"by", "units", "at"}``, created by the learner whose listing of ``done/`` showed every
     unit of the epoch done; it ends the epoch for the learners still waiting.

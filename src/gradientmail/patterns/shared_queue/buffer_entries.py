@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gradientmail.errors import LeaseLostError
-    from gradientmail.patterns.unit_claims import Held
+    from gradientmail.patterns.shared_queue.unit_claims import Held
     from gradientmail.patterns.workers import CarriedError
 
 __all__ = ["Control", "Exhausted", "Failed", "Fenced", "UnitEnd", "UnitStart", "Wake"]

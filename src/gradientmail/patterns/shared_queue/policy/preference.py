@@ -1,6 +1,6 @@
 """A ``shared_queue`` learner's preference order over the units of one epoch.
 
-A learner tries free units in this order (see :mod:`gradientmail.patterns.claim_loop`):
+A learner tries free units in this order (see :mod:`gradientmail.patterns.shared_queue.loader`):
 
 * by default, the mapping's order;
 * with ``order=``, the identifiers it names first, then the rest in mapping order;

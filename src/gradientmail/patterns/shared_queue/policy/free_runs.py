@@ -4,7 +4,7 @@ A :class:`FreeRuns` marks units taken, never free again (with compare-and-swap a
 never deleted, so "taken" is never wrong), finds the runs of units still believed free in
 time proportional to the runs rather than the units, and reads pages of claims from a
 mailbox that starts listings after a key. Where to claim next is
-:mod:`gradientmail.patterns.claim_view`'s business.
+:mod:`gradientmail.patterns.shared_queue.policy.view`'s business.
 """
 
 from __future__ import annotations

@@ -61,9 +61,9 @@ Without compare-and-swap there are no takeovers: claims are permanent, a dead le
 units stay unfinished (``gradientmail status`` says so), and an early exit deletes claims.
 
 Cost: per unit, a claim and its read-back, a swap and a record to complete, and a few lost
-claims (see :mod:`gradientmail.patterns.claim_view`); per learner, a lease write per
+claims (see :mod:`gradientmail.patterns.shared_queue.policy.view`); per learner, a lease write per
 ``lease / 3`` seconds, listings at the start and at the end, and two pages per poll while
-waiting (see :mod:`gradientmail.patterns.idle_watch`).
+waiting (see :mod:`gradientmail.patterns.shared_queue.idle_markers`).
 
 Progress: the queue reports each unit's claim, start, finish and release, and the consumer's
 wait for data, to a :class:`~gradientmail.session.Session` (``session=``, or the innermost
@@ -72,49 +72,28 @@ wait for data, to a :class:`~gradientmail.session.Session` (``session=``, or the
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from gradientmail.backends.options import lease_seconds, positive
-from gradientmail.errors import (
-    BackendError,
-    ConfigurationError,
-    LeaseLostError,
-    NotSupportedError,
-    WorkerError,
-)
+from gradientmail.errors import ConfigurationError, NotSupportedError
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns.buffer_entries import (
-    Control,
-    Failed,
-    Fenced,
-    UnitEnd,
-    UnitStart,
-    Wake,
-)
-from gradientmail.patterns.claim_loop import ClaimLoop, View
-from gradientmail.patterns.leases import Lease
-from gradientmail.patterns.preference import preference_order
 from gradientmail.patterns.progress import (
-    LEASES_PREFIX,
     MANIFEST_KEY,
     UNITS_PREFIX,
     ProgressReporter,
-    RunLayout,
     active_reporter,
     any_active_reporter,
-    check_manifest,
     check_reporter,
     queue_entered,
     queue_left,
 )
-from gradientmail.patterns.stats import QueueStats
-from gradientmail.patterns.unit_claims import Held, UnitClaims
-from gradientmail.patterns.workers import HandoffBuffer, Worker
+from gradientmail.patterns.shared_queue.consumer import SharedQueue
+from gradientmail.patterns.shared_queue.policy.preference import preference_order
+from gradientmail.patterns.shared_queue.stats import QueueStats
 
 __all__ = [
     "DEFAULT_LEASE",
@@ -132,252 +111,6 @@ DEFAULT_LEASE = 60.0
 
 U = TypeVar("U")
 T = TypeVar("T")
-
-
-class SharedQueue(Generic[T]):
-    """The iterator ``shared_queue`` yields: items of the units this learner holds.
-
-    Iterate it in the thread that entered the ``with`` block. ``stats`` is live telemetry.
-    """
-
-    def __init__(
-        self,
-        units: Mapping[str, Any],
-        identifiers: list[str],
-        *,
-        mailbox: Mailbox,
-        learner_id: str,
-        load: Callable[[Any], Iterable[T]],
-        prefetch: int,
-        reporter: ProgressReporter | None,
-        epoch: int,
-        lease: float,
-        wait_for_others: bool = True,
-        shared_order: bool = True,
-    ) -> None:
-        self.learner_id = learner_id
-        self._shared_order = shared_order
-        self.epoch = epoch
-        self.stats = QueueStats()
-        self._mailbox = mailbox
-        self._identifiers = identifiers
-        self._units = units
-        self._load = load
-        self._reporter = reporter
-        # Optional in a reporter: a Session publishes the time the consumer waited for data.
-        self._report_wait = getattr(reporter, "data_waited", None)
-        self._wait_for_others = wait_for_others
-        self._loop: ClaimLoop | None = None
-        self._layout = RunLayout(epoch)
-        key = LEASES_PREFIX + learner_id
-        self._lease = Lease(mailbox, key, learner_id, duration=lease, extra={"epoch": epoch})
-        self._buffer: HandoffBuffer[T] = HandoffBuffer(prefetch)
-        self._held: dict[str, Held] = {}
-        # Guards _held; notified when a completion is recorded and on close, so the loader
-        # can wait for the recorder (see ClaimLoop.wait_for_completions).
-        self._held_lock = threading.Condition()
-        self._closing = threading.Event()
-        self._pending: list[Held] = []  # completions for the recorder thread
-        self._pending_cv = threading.Condition()
-        self._async_error: BaseException | None = None
-        self._exhausted = False
-        self._done = False
-        self._closed = False
-        self._claims: UnitClaims | None = None
-        self._loader: Worker | None = None
-        self._recorder: Worker | None = None
-        self._worker = f"shared_queue loader of learner {learner_id!r}"
-
-    def _start(self) -> None:
-        """Check the manifest, take the lease, start the loader and the recorder."""
-        check_manifest(self._mailbox, self._identifiers, self._units)
-        self._lease.acquire()
-        self._lease.start()
-        claims = UnitClaims(self._mailbox, self._layout, self.learner_id, self._lease.incarnation)
-        self._claims = claims
-        loop = ClaimLoop(
-            units=self._units,
-            view=View(self._identifiers, self.learner_id, shared_order=self._shared_order),
-            claims=claims,
-            lease=self._lease,
-            load=self._load,
-            buffer=self._buffer,
-            held=self._held,
-            held_lock=self._held_lock,
-            stats=self.stats,
-            reporter=self._reporter,
-            closing=self._closing,
-            wait_for_others=self._wait_for_others,
-        )
-        self._loop = loop
-        self._loader = Worker(
-            f"gradientmail-shared-queue-{self.learner_id}", lambda _stop: loop.run()
-        ).start()
-        self._recorder = Worker(f"gradientmail-completions-{self.learner_id}", self._record)
-        self._recorder.start()
-
-    # -- consumer side ------------------------------------------------------------------------
-
-    def __iter__(self) -> SharedQueue[T]:
-        return self
-
-    def __next__(self) -> T:
-        if self._done:
-            raise StopIteration
-        get = self._buffer.get
-        stats = self.stats
-        lease = self._lease
-        while True:
-            if self._async_error is not None:
-                self._fail(self._async_error)
-            entry, waited = get()
-            if waited:
-                stats.wait_s += waited
-                if self._report_wait is not None:
-                    self._report_wait(waited)
-            if not isinstance(entry, Control):
-                try:
-                    lease.ensure_fresh()  # never deliver an item of a unit we may have lost
-                except LeaseLostError as exc:
-                    self._fail(exc)
-                stats.items_delivered += 1
-                return entry  # type: ignore[return-value]  # not a Control: an item
-            if isinstance(entry, UnitStart):
-                if self._reporter is not None:
-                    self._reporter.unit_started(entry.held.identifier)
-            elif isinstance(entry, UnitEnd):
-                stats.units_finished += 1
-                if self._reporter is not None:
-                    self._reporter.unit_finished(entry.held.identifier, entry.items)
-                with self._pending_cv:
-                    self._pending.append(entry.held)
-                    self._pending_cv.notify()
-            elif isinstance(entry, Wake):
-                continue  # the loop's top raises the recorder's error
-            elif isinstance(entry, Fenced):
-                self._fail(entry.error)
-            elif isinstance(entry, Failed):
-                self._done = True
-                entry.carried.reraise(self._worker, entry.context)
-            else:
-                self._flush()
-                if self._async_error is not None:
-                    self._fail(self._async_error)
-                self._done = True
-                self._exhausted = True
-                left = self._loop is not None and self._loop.others_unfinished
-                stats.run_complete = self._claims is not None and self._claims.cas and not left
-                raise StopIteration
-
-    def _fail(self, error: BaseException) -> None:
-        """Stop iterating and raise ``error`` (a lost lease, or a failed completion)."""
-        self._done = True
-        raise error
-
-    # -- completions (the recorder thread) ----------------------------------------------------
-
-    def _record(self, stop: threading.Event) -> None:
-        claims = self._claims
-        assert claims is not None
-        while True:
-            with self._pending_cv:
-                while not self._pending and not stop.is_set():
-                    self._pending_cv.wait()
-                if not self._pending:
-                    return
-                held = self._pending[0]
-            try:
-                recorded = claims.complete(held)
-            except BackendError as exc:
-                error = WorkerError(
-                    f"{self._worker} could not record the completion of unit "
-                    f"{held.identifier!r}: {exc}",
-                    worker=self._worker,
-                    error_type=type(exc).__qualname__,
-                    worker_traceback="",
-                )
-                error.__cause__ = exc
-                self._async_error = error
-                recorded = False
-            if not recorded and self._async_error is None:
-                self._async_error = LeaseLostError(
-                    f"unit {held.identifier!r} of {self.learner_id!r} was taken over by another "
-                    "learner before its completion could be recorded (this learner's lease "
-                    "lapsed); the new owner trains it again",
-                    learner=self.learner_id,
-                    units=(held.identifier,),
-                )
-            if not recorded:
-                # Wake a consumer blocked on an empty buffer (the loader may be waiting for
-                # this very completion): it raises the error at its next item.
-                self._buffer.put_control(Wake())
-            with self._pending_cv:
-                self._pending.pop(0)
-                self._pending_cv.notify_all()
-            if recorded:
-                self.stats.units_completed += 1
-                with self._held_lock:
-                    self._held.pop(held.identifier, None)
-                    self._held_lock.notify_all()
-
-    def _flush(self) -> None:
-        """Wait until every completion handed to the recorder is recorded (or failed)."""
-        with self._pending_cv:
-            while self._pending and self._recorder is not None and self._recorder.is_alive():
-                self._pending_cv.wait()
-
-    # -- leaving ------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Stop prefetching, record pending completions, release or finish. Idempotent.
-
-        Waits for at most the loader's current ``load`` step or mailbox call. Left before
-        the end (not exhausted), it releases every unit it holds that is not done, so other
-        learners take them at once. Store errors while releasing are kept in
-        :attr:`release_error`: the units then come back when the lease expires.
-        """
-        if self._closed:
-            return
-        self._closed = True
-        self._done = True
-        self._closing.set()
-        with self._held_lock:
-            self._held_lock.notify_all()  # a loader waiting for completions stops waiting
-        self._buffer.close()
-        if self._loader is not None:
-            self._loader.stop()
-        self._flush()
-        if self._recorder is not None:
-            with self._pending_cv:
-                self._pending_cv.notify_all()
-            self._recorder.stop()
-        self.stats.lease_renewals = self._lease.renewals
-        if self._lease.lost or isinstance(self._async_error, LeaseLostError):
-            return
-        try:
-            if self._exhausted:
-                self._lease.end("finished")
-            else:
-                self._release_held()
-                self._lease.end("released")
-        except BackendError as exc:
-            self.release_error = exc
-
-    release_error: BackendError | None = None
-
-    def _release_held(self) -> None:
-        claims = self._claims
-        if claims is None:
-            return
-        with self._held_lock:
-            held = list(self._held.values())
-            self._held.clear()
-        for unit in held:
-            if claims.release(unit):
-                self.stats.units_released += 1
-                release = getattr(self._reporter, "unit_released", None)
-                if release is not None:
-                    release(unit.identifier)
 
 
 def _check_arguments(

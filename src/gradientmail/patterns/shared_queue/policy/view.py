@@ -1,7 +1,7 @@
 """What a ``shared_queue`` learner believes is taken, and where it claims next.
 
-Every learner walks its preference order (see :mod:`gradientmail.patterns.preference`)
-and keeps to its own stretch of it:
+Every learner walks its preference order (see
+:mod:`~gradientmail.patterns.shared_queue.policy.preference`) and keeps to its own stretch of it:
 
 * A learner with an ``order=`` of its own, or that finds no other learner's lease when it
   starts, takes the units from its first preference on, in exactly that order, as long as
@@ -14,10 +14,10 @@ and keeps to its own stretch of it:
 * After a lost claim, or on reaching a unit it knows is taken (a *wall*), a learner *jumps*
   into a run of units it believes free, drawn in proportion to the square of the runs'
   lengths (long runs give more work per lost claim; see
-  :meth:`~gradientmail.patterns.free_runs.FreeRuns.pick_run`), at a point drawn from its
-  own seed (the learner id) in the middle half of the run: learners that jump together
-  spread over the free runs, and two that land in one run split it instead of colliding at
-  once.
+  :meth:`~gradientmail.patterns.shared_queue.policy.free_runs.FreeRuns.pick_run`), at a
+  point drawn from its own seed (the learner id) in the middle half of the run: learners
+  that jump together spread over the free runs, and two that land in one run split it
+  instead of colliding at once.
 * Where the mailbox starts listings in the store (``Capability.LIST_START_AFTER``) and the
   preference order is the identifiers' sorted order (the order keys list in), a jump first
   lists a page of claims from the start of the run it chose, and then chooses only in the
@@ -47,8 +47,8 @@ and keeps to its own stretch of it:
   that start together do not claim the same units). At 1024 learners x 100k units, sweeps
   that took the first free unit forward lost 0.5 % of all creates to walkers and to each
   other. Then the learner *rests*: it stops jumping and waits (see
-  :mod:`gradientmail.patterns.idle_watch`, whose watchers sweep the share of a learner
-  that left, and scan the claims for one that died). While it rests it *looks* one page
+  :mod:`~gradientmail.patterns.shared_queue.idle_markers`, whose watchers sweep the share
+  of a learner that left, and scan the claims for one that died). While it rests it *looks* one page
   further each time it waits (:meth:`View.look`, one listing of the order at most): runs
   still long elsewhere, in front of slow learners, are found by the many resting learners
   together and split instead of being walked by one.
@@ -68,8 +68,8 @@ import hashlib
 import inspect
 
 from gradientmail.mailbox import Capability, Mailbox, SupportsListStartAfter
-from gradientmail.patterns.free_runs import PAGE, FreeRuns
 from gradientmail.patterns.hash_ring import Ring, point
+from gradientmail.patterns.shared_queue.policy.free_runs import PAGE, FreeRuns
 
 __all__ = [
     "DRY_PAGES",
@@ -385,7 +385,7 @@ class View(FreeRuns):
         more, never less: the first member after a stretch among all of them is also the
         first among those it knows itself. So every stretch is swept by a live learner
         unless its sweepers died or left, which the watchers of waiting learners notice
-        (see :mod:`gradientmail.patterns.idle_watch`).
+        (see :mod:`gradientmail.patterns.shared_queue.idle_markers`).
         """
         me = self.learner_id if member is None else member
         ring = Ring([*self.members, me])
