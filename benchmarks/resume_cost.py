@@ -47,7 +47,7 @@ from claim_cost import PAGE, CountingMailbox
 from gradientmail import Mailbox, from_url
 from gradientmail.patterns.claims import claim_body, decode_record, encode_record, new_token
 from gradientmail.patterns.leases import Lease
-from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout, check_manifest
+from gradientmail.patterns.run_layout import LEASES_PREFIX, RunLayout, check_manifest
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.patterns.shared_queue.unit_claims import CLAIMED, DONE
 

@@ -213,6 +213,54 @@ MUTANTS: tuple[Mutant, ...] = (
         "shared_queue's loader error is delivered before the items buffered ahead of it",
     ),
     Mutant(
+        "holdings-bound-ignored",
+        "patterns/shared_queue/holdings.py",
+        (
+            (
+                "            while len(self._held) > limit and not self._closed:\n",
+                "            while False:\n",
+            ),
+        ),
+        ("tests/patterns/test_lifecycle.py::test_completions_keep_up_units_held_stay_bounded",),
+        "the loader claims on however many units await their completion records, so a "
+        "learner killed then leaves many trained but unrecorded units to train again",
+    ),
+    Mutant(
+        "idle-while-holding-units",
+        "patterns/shared_queue/waiting.py",
+        (
+            (
+                "        if not self.holdings.wait_at_most(0) or self.closing.is_set():\n",
+                "        if self.closing.is_set():\n",
+            ),
+        ),
+        ("tests/patterns/test_lifecycle.py", "tests/patterns/test_idle_watch.py"),
+        "a learner marks itself idle while its own units still await their completion "
+        "records, so the others may end the epoch before they are done",
+    ),
+    Mutant(
+        "epoch-ends-without-listing-done",
+        "patterns/shared_queue/waiting.py",
+        (("        if self.all_done():\n", "        if True:\n"),),
+        ("tests/patterns/test_lifecycle.py", "tests/patterns/test_idle_watch.py"),
+        "with nobody busy, the leader ends the epoch without a listing of done/ showing "
+        "every unit, though a learner may have died holding units unseen",
+    ),
+    Mutant(
+        "holdings-forget-before-recorded",
+        "patterns/shared_queue/recorder.py",
+        (
+            (
+                "            recorded = self._record(held)\n",
+                "            self._holdings.remove(held.identifier)\n"
+                "            recorded = self._record(held)\n",
+            ),
+        ),
+        ("tests/patterns/test_lifecycle.py", "tests/patterns/test_shared_queue.py"),
+        "a unit leaves the holdings before its completion is recorded: left early then, "
+        "it is neither done nor released, and waits a whole lease for a takeover",
+    ),
+    Mutant(
         "handoff-buffer-one-over-capacity",
         "patterns/workers.py",
         (
@@ -335,7 +383,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "lease-watcher-ignores-renewals",
-        "patterns/leases.py",
+        "patterns/lease_watch.py",
         (("        if seen is None or seen[0] != mark:\n", "        if seen is None:\n"),),
         ("tests/patterns/test_lease_liveness.py",),
         "a lease watcher measures silence from its first observation, not from the last "
@@ -585,7 +633,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "manifest-refused-list-left",
-        "patterns/progress.py",
+        "patterns/run_layout.py",
         (
             (
                 "    if wrote_list:\n"
@@ -640,7 +688,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "manifest-create-unsettled",
-        "patterns/progress.py",
+        "patterns/run_layout.py",
         (
             (
                 "        except OutcomeUnknownError:\n"
@@ -656,7 +704,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "manifest-values-ignored",
-        "patterns/progress.py",
+        "patterns/run_layout.py",
         (
             (
                 "        if values is not None and isinstance(theirs_values, str)"

@@ -59,12 +59,12 @@ from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns.claims import decode_record, encode_record
 from gradientmail.patterns.progress import (
-    LEARNERS_PREFIX,
     active_queues,
     active_reporter,
     pop_reporter,
     push_reporter,
 )
+from gradientmail.patterns.run_layout import LEARNERS_PREFIX
 
 __all__ = ["LEARNERS_PREFIX", "Session", "active_session"]
 

@@ -50,7 +50,7 @@ from gradientmail._status_text import data_wait_share, format_status
 from gradientmail.backends.options import redact
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns.claims import decode_record, parse_claim, read_record
-from gradientmail.patterns.progress import (
+from gradientmail.patterns.run_layout import (
     EPOCHS_PREFIX,
     LEARNERS_PREFIX,
     LEASES_PREFIX,

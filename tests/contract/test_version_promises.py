@@ -28,7 +28,7 @@ from gradientmail.errors import LeaseLostError
 from gradientmail.mailbox import Mailbox, Version
 from gradientmail.patterns.leases import Lease, LeaseWatcher
 from gradientmail.patterns.pipeline.item_claims import ItemClaims
-from gradientmail.patterns.progress import RunLayout
+from gradientmail.patterns.run_layout import RunLayout
 from gradientmail.patterns.shared_queue.unit_claims import UnitClaims
 from tests.support.rigs import Rig
 

@@ -25,7 +25,7 @@ from gradientmail import (
 )
 from gradientmail.patterns.claims import claim, claim_body, encode_record
 from gradientmail.patterns.leases import Lease
-from gradientmail.patterns.progress import RunLayout
+from gradientmail.patterns.run_layout import RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.patterns.shared_queue.unit_claims import UnitClaims
 from tests.support.rigs import Rig

@@ -14,7 +14,7 @@ import pytest
 from gradientmail import Capability, Mailbox, from_url
 from gradientmail.patterns.claims import encode_record
 from gradientmail.patterns.leases import LeaseWatcher
-from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout
+from gradientmail.patterns.run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue.idle_markers import IdleWatch
 from gradientmail.patterns.shared_queue.policy.view import (
     DRY_PAGES,

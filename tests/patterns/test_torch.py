@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader  # noqa: E402 - after the importorskip a
 
 from gradientmail import ConfigurationError, Mailbox, Session, WorkerError  # noqa: E402
 from gradientmail.patterns.leases import Lease  # noqa: E402
-from gradientmail.patterns.progress import RunLayout  # noqa: E402
+from gradientmail.patterns.run_layout import RunLayout  # noqa: E402
 from gradientmail.patterns.shared_queue.unit_claims import UnitClaims  # noqa: E402
 from gradientmail.status import read_status  # noqa: E402
 from gradientmail.torch import SharedQueueDataset  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 
 from gradientmail import Mailbox
 from gradientmail.errors import RunMismatchError
-from gradientmail.patterns.progress import MANIFEST_UNITS_KEY, check_manifest, digest_of
+from gradientmail.patterns.run_layout import MANIFEST_UNITS_KEY, check_manifest, digest_of
 from tests.support.delegating import Delegating
 
 

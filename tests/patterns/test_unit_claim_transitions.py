@@ -14,7 +14,7 @@ import pytest
 
 from gradientmail import Capability, Mailbox
 from gradientmail.patterns.claims import read_claim
-from gradientmail.patterns.progress import RunLayout
+from gradientmail.patterns.run_layout import RunLayout
 from gradientmail.patterns.shared_queue.unit_claims import DONE, RELEASED, UnitClaims
 
 LAYOUT = RunLayout(0)

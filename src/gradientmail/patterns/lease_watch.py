@@ -102,6 +102,11 @@ class LeaseWatcher:
             epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
         )
 
+    def declare_if_dead(self, observed: LeaseState, by: str) -> bool:
+        """Whether the holder :meth:`observe` found dead is gone for good: declared lost by
+        this call, or its lease already says it ended (see :meth:`declare_lost`)."""
+        return observed.dead and self.declare_lost(observed.holder, by)
+
     def declare_lost(self, holder: str, by: str) -> bool:
         """Mark ``holder``'s lease lost, if it is still the record this watcher saw.
 

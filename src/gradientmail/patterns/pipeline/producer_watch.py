@@ -107,7 +107,7 @@ class ProducerWatch:
             cursor.lease = observed = self._watcher.observe(cursor.producer)
             if observed.state == "missing":
                 continue  # not registered yet: only stall_timeout applies
-            if observed.dead and self._watcher.declare_lost(cursor.producer, self._consumer):
+            if self._watcher.declare_if_dead(observed, self._consumer):
                 self._end_lost(cursor)
 
     def _end_lost(self, cursor: Cursor) -> None:

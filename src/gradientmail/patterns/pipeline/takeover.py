@@ -134,7 +134,7 @@ class Undelivered:
         observed = self._watcher.observe(holder)
         if observed.incarnation > incarnation:
             return True  # a newer incarnation of that id holds the lease: this one is fenced
-        return observed.dead and self._watcher.declare_lost(holder, self._claims.owner)
+        return self._watcher.declare_if_dead(observed, self._claims.owner)
 
     def _take_from(self, owner: Owner, group: _Group) -> Held | None:
         if not self._claims.cas:

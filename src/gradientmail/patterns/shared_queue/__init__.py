@@ -82,8 +82,6 @@ from gradientmail.errors import ConfigurationError, NotSupportedError
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns.progress import (
-    MANIFEST_KEY,
-    UNITS_PREFIX,
     ProgressReporter,
     active_reporter,
     any_active_reporter,
@@ -91,6 +89,7 @@ from gradientmail.patterns.progress import (
     queue_entered,
     queue_left,
 )
+from gradientmail.patterns.run_layout import MANIFEST_KEY, UNITS_PREFIX
 from gradientmail.patterns.shared_queue.consumer import SharedQueue
 from gradientmail.patterns.shared_queue.policy.preference import preference_order
 from gradientmail.patterns.shared_queue.stats import QueueStats

@@ -16,12 +16,8 @@ from typing import Any, Generic, TypeVar
 from gradientmail.errors import BackendError, LeaseLostError
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns.leases import Lease
-from gradientmail.patterns.progress import (
-    LEASES_PREFIX,
-    ProgressReporter,
-    RunLayout,
-    check_manifest,
-)
+from gradientmail.patterns.progress import ProgressReporter
+from gradientmail.patterns.run_layout import LEASES_PREFIX, RunLayout, check_manifest
 from gradientmail.patterns.shared_queue.buffer_entries import (
     Control,
     Failed,
@@ -73,8 +69,7 @@ class SharedQueue(Generic[T]):
         self.stats = QueueStats()
         self._settings = (mailbox, units, identifiers, load, wait_for_others, shared_order)
         self._reporter = reporter
-        # Optional in a reporter: a Session publishes the time the consumer waited for data.
-        self._report_wait = getattr(reporter, "data_waited", None)
+        self._report_wait = reporter.data_waited if reporter is not None else None
         key = LEASES_PREFIX + learner_id
         self._lease = Lease(mailbox, key, learner_id, duration=lease, extra={"epoch": epoch})
         self._buffer: HandoffBuffer[T] = HandoffBuffer(prefetch)
@@ -225,12 +220,11 @@ class SharedQueue(Generic[T]):
         if self._parts is None:
             return
         claims = self._parts.claims
-        release = getattr(self._reporter, "unit_released", None)
         for unit in self._holdings.take_all():
             if claims.release(unit):
                 self.stats.units_released += 1
-                if release is not None:
-                    release(unit.identifier)
+                if self._reporter is not None:
+                    self._reporter.unit_released(unit.identifier)
 
 
 @dataclass(frozen=True)

@@ -44,16 +44,15 @@ a listing of ``done/`` that shows every unit ends the epoch.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 
 from gradientmail.errors import KeyNotFoundError
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns.claims import encode_record
-from gradientmail.patterns.hash_ring import Ring
+from gradientmail.patterns.hash_ring import Ring, rank
 from gradientmail.patterns.leases import LeaseState, LeaseWatcher
-from gradientmail.patterns.progress import LEASES_PREFIX, RunLayout
+from gradientmail.patterns.run_layout import LEASES_PREFIX, RunLayout
 
 __all__ = ["POLLS_PER_SECOND", "WATCHERS", "IdleWatch", "Poll"]
 
@@ -76,10 +75,6 @@ class Poll:
     #: Learners this poll marked idle on their behalf (finished, or in another epoch):
     #: their share of the end-of-epoch sweep is left to their watchers.
     absent: list[str] = field(default_factory=list)
-
-
-def _rank(holder: str, watcher: str) -> bytes:
-    return hashlib.blake2b(f"{holder}\n{watcher}".encode(), digest_size=8).digest()
 
 
 class IdleWatch:
@@ -229,10 +224,10 @@ class IdleWatch:
         )
 
     def _lead_rank(self, name: str) -> bytes:
-        rank = self._lead_ranks.get(name)
-        if rank is None:
-            rank = self._lead_ranks[name] = _rank(f"end of epoch {self.layout.epoch}", name)
-        return rank
+        known = self._lead_ranks.get(name)
+        if known is None:
+            known = self._lead_ranks[name] = rank(f"end of epoch {self.layout.epoch}", name)
+        return known
 
     def ended(self) -> bool:
         """Whether a learner found every unit of the epoch done (one read)."""

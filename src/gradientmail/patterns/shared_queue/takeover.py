@@ -127,8 +127,7 @@ class Takeover:
         me = self.claims.learner_id
         self.holders = {o: c for o, c in by_owner.items() if o != me}
         for owner, claimed in sorted(self.holders.items()):
-            observed = self.watcher.observe(owner)
-            if not observed.dead or not self.watcher.declare_lost(owner, me):
+            if not self.watcher.declare_if_dead(self.watcher.observe(owner), me):
                 continue  # alive: its units, done claims included, are its own to finish
             for ident in claimed:
                 if UnitClaims.state(self.known[ident][0]) == DONE:

@@ -38,7 +38,7 @@ from gradientmail.patterns.claims import (
     parse_claim,
     previous_owners,
 )
-from gradientmail.patterns.progress import RunLayout
+from gradientmail.patterns.run_layout import RunLayout
 
 __all__ = ["CLAIMED", "DONE", "RELEASED", "Held", "Scan", "UnitClaims"]
 

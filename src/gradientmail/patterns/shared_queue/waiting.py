@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gradientmail.patterns.leases import Lease, LeaseWatcher
-from gradientmail.patterns.progress import LEASES_PREFIX
+from gradientmail.patterns.run_layout import LEASES_PREFIX
 from gradientmail.patterns.shared_queue.holdings import Holdings
 from gradientmail.patterns.shared_queue.idle_markers import POLLS_PER_SECOND, IdleWatch
 from gradientmail.patterns.shared_queue.policy.view import View

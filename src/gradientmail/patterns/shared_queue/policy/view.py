@@ -64,11 +64,10 @@ every unit is claimed.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 
 from gradientmail.mailbox import Capability, Mailbox, SupportsListStartAfter
-from gradientmail.patterns.hash_ring import Ring, point
+from gradientmail.patterns.hash_ring import Ring, point, seed_of
 from gradientmail.patterns.shared_queue.policy.free_runs import PAGE, FreeRuns
 
 __all__ = [
@@ -126,7 +125,7 @@ class View(FreeRuns):
     """
 
     def __init__(self, identifiers: list[str], learner_id: str, shared_order: bool = True) -> None:
-        super().__init__(identifiers, hashlib.sha256(learner_id.encode("utf-8")).digest())
+        super().__init__(identifiers, seed_of(learner_id))
         self.shared_order = shared_order
         #: Jumps list a page first (set by the claim loop; see :func:`lists_from_a_key`).
         self.paged = False
