@@ -99,6 +99,9 @@ class EventLog:
     def unit_finished(self, identifier: str, items: int) -> None:
         self.write("finished", unit=identifier, items=items)
 
+    def data_waited(self, seconds: float) -> None:
+        """Not logged: the failover figures come from unit events only."""
+
 
 def batches(unit: int) -> Iterator[int]:
     return iter([unit] * BATCHES)
