@@ -234,7 +234,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if self.closing.is_set():\n",
             ),
         ),
-        ("tests/patterns/test_lifecycle.py", "tests/patterns/test_idle_watch.py"),
+        ("tests/patterns/test_waiting.py",),
         "a learner marks itself idle while its own units still await their completion "
         "records, so the others may end the epoch before they are done",
     ),
@@ -256,7 +256,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            recorded = self._record(held)\n",
             ),
         ),
-        ("tests/patterns/test_lifecycle.py", "tests/patterns/test_shared_queue.py"),
+        ("tests/patterns/test_waiting.py",),
         "a unit leaves the holdings before its completion is recorded: left early then, "
         "it is neither done nor released, and waits a whole lease for a takeover",
     ),
