@@ -1,65 +1,12 @@
 """What a ``shared_queue`` learner believes is taken, and where it claims next.
 
-Every learner walks its preference order (see
-:mod:`~gradientmail.patterns.shared_queue.policy.preference`) and keeps to its own stretch of it:
-
-* A learner with an ``order=`` of its own, or that finds no other learner's lease when it
-  starts, takes the units from its first preference on, in exactly that order, as long as
-  it never loses a claim. Where jumps list pages (below), learners that share one order
-  (the mapping's, or a ``shuffle``) and start among others start at a point of it drawn
-  from their ids, so learners that start together start apart, and each follows the order
-  from there. Each also knows where the learners it saw at its start start (their points
-  are drawn the same way), and its walk stops short of the next one's first unit instead
-  of losing a claim on it.
-* After a lost claim, or on reaching a unit it knows is taken (a *wall*), a learner *jumps*
-  into a run of units it believes free, drawn in proportion to the square of the runs'
-  lengths (long runs give more work per lost claim; see
-  :meth:`~gradientmail.patterns.shared_queue.policy.free_runs.FreeRuns.pick_run`), at a
-  point drawn from its own seed (the learner id) in the middle half of the run: learners
-  that jump together spread over the free runs, and two that land in one run split it
-  instead of colliding at once.
-* Where the mailbox starts listings in the store (``Capability.LIST_START_AFTER``) and the
-  preference order is the identifiers' sorted order (the order keys list in), a jump first
-  lists a page of claims from the start of the run it chose, and then chooses only in the
-  stretch that page covered: it lands on a unit that was free a moment ago, and a walk that
-  later reaches a unit on that page stops there without a lost claim. A page that shows no
-  run worth taking leads to a page from the next run believed free after it (wrapping to
-  the front), so the pages of one jump never list a stretch twice, and a lost claim never
-  costs a full listing.
-* A run shorter than :data:`SHORT_RUN` is in front of the learner walking into it, which
-  is about to claim it. A jump enters one only when its pages went round the whole order
-  and showed nothing longer (an order of up to :data:`DRY_PAGES` pages, where a unit is a
-  large share of a learner's work: 4 learners over 24 units end at 1.13x the fluid bound,
-  1.51x without). It then walks the run *backward*, from its last unit towards that
-  walker: the two meet where their paces put them, at the cost of one lost claim, and the
-  learner goes on to the other short runs of the freshest page that showed one, each from
-  its last unit. In a longer order the search ends first (below) and short runs stay with
-  their walkers.
-* The end of an epoch: after :data:`DRY_PAGES` pages in a row that showed no run worth
-  taking, or pages that went round the whole order and showed no free unit, a learner
-  stops searching the whole order. A unit still free then is either in front of a walker
-  (a learner always tries the unit after its last claim next) or was left by a learner that
-  died or by an earlier run. For the second kind each stretch of :data:`PAGE` units has
-  :data:`SWEEPERS` learners (:meth:`View.share`, a hash ring of the learners' ids): a
-  learner lists its own stretches and takes what they show free, each run backward from
-  its last unit (so a live walker keeps its run until they meet, and a run nobody walks is
-  taken whole), the second sweeper of a stretch from its middle free unit (two sweepers
-  that start together do not claim the same units). At 1024 learners x 100k units, sweeps
-  that took the first free unit forward lost 0.5 % of all creates to walkers and to each
-  other. Then the learner *rests*: it stops jumping and waits (see
-  :mod:`~gradientmail.patterns.shared_queue.idle_markers`, whose watchers sweep the share
-  of a learner that left, and scan the claims for one that died). While it rests it *looks* one page
-  further each time it waits (:meth:`View.look`, one listing of the order at most): runs
-  still long elsewhere, in front of slow learners, are found by the many resting learners
-  together and split instead of being walked by one.
-* Otherwise (a shuffled or custom order, or a store without partial listings) the view
-  knows only the learner's own claims and losses: a jump goes to the middle half of the
-  largest run believed free, and a streak of :data:`PROBES_BEFORE_LISTING` lost claims
-  refreshes the view with a full listing.
-
-Marks are only ever added: with compare-and-swap a claim is never deleted, so "taken" is
-never wrong, and a learner whose view has no free unit left knows, without a listing, that
-every unit is claimed.
+A learner walks its preference order and keeps to its own stretch of it; after a lost
+claim or a wall it jumps into a run it believes free; near the end it sweeps its share of
+the order and then rests, looking one page further each time it waits. The view decides
+positions only: it marks what is taken (marks are only ever added, so "taken" is never
+wrong) and lists pages of claims through the mailbox it is handed. ``docs/shared-queue.md``
+("How a learner chooses its next unit") describes the walk, the jumps, the sweeps and the
+rest in full, with the benchmarks behind them.
 """
 
 from __future__ import annotations
