@@ -2,9 +2,6 @@
 
 ::
 
-    from gradientmail.session import Session
-    from gradientmail.patterns.shared_queue import shared_queue
-
     session = Session(box, "node-0")
     with session, shared_queue(units, mailbox=box, learner_id="node-0", load=load) as batches:
         for batch in batches:
@@ -12,33 +9,22 @@
             session.step(samples=len(batch))
 
 Guarantees
-    * Entering registers the learner: ``learners/{learner_id}`` is written (state
-      ``running``) before ``__enter__`` returns.
-    * :meth:`Session.step` makes no store call: it adds to two counters (well under a
-      microsecond). A background thread publishes the progress every ``publish_every``
-      seconds (default 5), only when something changed, so the store sees one small write
-      per period whatever the step rate.
-    * Unit progress comes from ``shared_queue``: a queue entered while this session is
-      active in the same thread with the same ``learner_id`` reports to it (or pass
-      ``session=`` to the queue). Per unit the session keeps the claim, start and finish
-      times, which ``gradientmail status --plot`` draws as a Gantt chart.
-    * Leaving publishes a final record: state ``finished``, or ``failed`` with the error's
-      type when the block raised. The publisher thread has ended when ``__exit__`` returns.
-    * A learner the run refused leaves no trace: when the block raises
-      :class:`~gradientmail.errors.RunMismatchError` (the run at this URL has other units)
-      before the session counted anything, leaving puts back the record it found at
-      ``learners/{learner_id}`` (or removes its own), so ``gradientmail status`` of the run
-      that refused it is unchanged.
-    * A failing publish never interrupts training: the error is kept in
-      :attr:`Session.publish_error`, logged as a WARNING on the ``gradientmail.session``
-      logger, and the next period tries again. The final publish on exit raises if it
-      fails, unless the block is already raising.
-    * **Data wait.** The record carries ``data_wait_s``: the seconds the training loop spent
-      waiting for data, which ``gradientmail status`` shows as "data wait %" of the
-      learner's time. A ``shared_queue`` reporting to this session adds the time its
-      consumer blocked in ``next()``; :meth:`Session.timed` measures a loop over any
-      iterable instead (a DataLoader with workers, whose queues run in other processes).
-      A high figure means the GPU is starving.
+    * Entering writes ``learners/{learner_id}`` (``running``) before it returns.
+    * :meth:`Session.step` makes no store call (two counters, well under a microsecond); a
+      background thread publishes every ``publish_every`` seconds (default 5), only when
+      something changed: one small write per period whatever the step rate.
+    * A ``shared_queue`` entered in the same thread with the same ``learner_id`` reports
+      its units to this session (or pass ``session=``): claim, start and finish times, which
+      ``gradientmail status --plot`` draws as a Gantt chart.
+    * Leaving publishes ``finished``, or ``failed`` with the error's type; the publisher
+      thread has ended when ``__exit__`` returns.
+    * A learner refused by the run (``RunMismatchError`` before any step) leaves no trace:
+      the record it found is put back, or its own removed; the run's status is unchanged.
+    * A failing publish never interrupts training: kept in :attr:`Session.publish_error`,
+      logged as a WARNING, retried next period; a failing final publish raises, unless
+      the block is already raising.
+    * ``data_wait_s`` is the time the loop waited for data ("data wait %" in ``status``),
+      from a reporting queue or :meth:`Session.timed` (a DataLoader with workers).
 
 The record is JSON; its fields are described in :mod:`gradientmail.status`.
 """
@@ -53,7 +39,7 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from gradientmail.backends.options import redact
+from gradientmail.backends.options import positive, redact
 from gradientmail.errors import BackendError, ConfigurationError, KeyNotFoundError, RunMismatchError
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Mailbox
@@ -100,11 +86,7 @@ class Session:
     def __init__(self, mailbox: Mailbox, learner_id: str, *, publish_every: float = 5.0) -> None:
         self.mailbox = mailbox
         self.learner_id = validate_segment(learner_id, "learner id")
-        if isinstance(publish_every, bool) or not isinstance(publish_every, (int, float)):
-            raise ConfigurationError(f"publish_every must be seconds, not {publish_every!r}")
-        if not publish_every > 0:
-            raise ConfigurationError(f"publish_every must be positive, not {publish_every!r}")
-        self.publish_every = float(publish_every)
+        self.publish_every = float(positive(publish_every, "publish_every (seconds)"))
         self.key = LEARNERS_PREFIX + self.learner_id
         self.steps = 0
         self.samples = 0

@@ -411,6 +411,14 @@ PUBLIC_API: dict[str, list[str]] = {
         "parse_claim",
         "read_claim",
     ],
+    "gradientmail.backends.primitives": [
+        "Conflict",
+        "RetryPolicy",
+        "Stat",
+        "as_bytes",
+        "new_write_id",
+    ],
+    "gradientmail.backends.local_errors": ["foreign", "mapped", "removed"],
     "gradientmail.patterns.hash_ring": ["Ring", "point", "rank", "seed_of"],
     "gradientmail.patterns.shared_queue.idle_markers": [
         "IdleWatch",

@@ -1,67 +1,13 @@
 """``file:///dir``: a mailbox in a local or shared POSIX directory.
 
-URL and options
-    ``file:///abs/dir`` or a plain path. The directory is created if missing. A URL is
-    percent-decoded once (``file:///runs/a%3Fb`` is the directory ``/runs/a?b``); a plain
-    path is taken literally. The mailbox's ``url`` is the percent-encoded form, so a
-    pickled mailbox reopens the same directory whatever its name holds. User info
-    (``file://user:pw@/x``) is refused and never echoed.
-    ``fsync`` (bool, default ``true``): fsync each value and its directory before the key
-    becomes visible, so a power loss cannot leave a visible key with missing bytes. With
-    ``false`` a crash of the *process* still never exposes partial bytes (the value is
-    linked into place whole), but a crash of the *machine* may lose recent keys.
-
-Layout (internal; never edit by hand)
-    Keys map to ``SEG.d`` directories and ``SEG.v`` files, each value headed by the write id
-    that stored it: the key's :class:`~gradientmail.mailbox.Version`, so versions never
-    repeat (:mod:`gradientmail.backends.local_layout`). ``.tmp/`` holds staged writes and
-    ``.locks/`` the compare-and-swap lock stripes; no key can name either.
-
-Guarantees
-    * ``put_if_absent`` is atomic across threads and processes: the value is written and
-      fsynced to a staged file, then ``link()``-ed to its final name, which fails if the
-      name exists. Readers never see a partly written value.
-    * A crash mid-write leaves at most a staged file in ``.tmp/`` (on Linux, nothing: the
-      value is written unnamed), invisible to ``list`` and ``get`` and removed by the next
-      open once its lock is free. Liveness rests on that lock, never on pids, so a live
-      writer in any PID namespace or on any host keeps its file (see ``local_staging``).
-    * No link inside the root is ever followed. Keys cannot contain ``..``, and every name
-      inside the root (key directories and files, ``.tmp``, ``.locks`` and their entries)
-      is opened relative to its parent with ``O_NOFOLLOW``: a symbolic link planted there
-      is refused with a ``BackendError`` naming it. Values are replaced by ``rename`` or
-      ``link``, never written into an existing file, so a planted hard link carries no
-      write outside the root either.
-    * Only regular files and directories are used: a FIFO, socket or device where a value
-      or lock file belongs is refused at once with a ``BackendError`` naming it (opens
-      never block). ``put_if_absent`` over one raises rather than returning ``False``;
-      ``put`` replaces it.
-    * Every directory inside the root (``.tmp`` and ``.locks`` included) is opened afresh
-      on every call, so a directory moved out of the root receives no writes from later
-      calls (a move racing a call may still take that call's write along). Only the root
-      stays open per handle: if it is removed, every call raises
-      ``BucketNotFoundError`` (open the URL again to start afresh); if it is renamed, the
-      handle follows it.
-    * ``put``, ``delete`` and compare-and-swap take a per-key lock (one of 256 ``flock``
-      stripes plus a process-local lock), so CAS is linearizable against them across
-      processes. ``put_if_absent`` needs no lock.
-    * An I/O error after a value was placed (the fsync of its directory) raises
-      ``OutcomeUnknownError``: the write is visible but may not survive a machine crash.
-    * Threads may share a handle (listings read through descriptors of their own), and
-      ``fork()`` is safe at any time: the child never inherits other threads' locks or the
-      handle's cached descriptor, and the parent never waits for it (see ``local_fs``).
-    * ``list`` streams in ascending key order: one directory at a time, holding at most
-      :data:`~gradientmail.backends.local_layout.LIST_CHUNK` names of one directory (a
-      directory of ``n`` keys is read ``ceil(n / LIST_CHUNK)`` times).
-    * ``list(prefix, start_after=k)`` starts in the walk (``Capability.LIST_START_AFTER``):
-      every directory on the path to ``k`` is still read (entries are unordered on disk),
-      but entries whose keys all sort at or before ``k`` are dropped as they are read:
-      never held, opened or counted toward a chunk, so only the directories holding keys
-      after ``k`` are entered, and a directory with ``m`` names that may hold keys after
-      ``k`` is read ``ceil(m / LIST_CHUNK)`` times (at least once).
-
-Empty directories left by ``delete`` are kept: removing them would race with a concurrent
-create below them. They cost nothing but a few inodes. ``close()`` must not race with calls
-on the same handle from other threads.
+``file:///abs/dir`` or a plain path (created if missing); option ``fsync`` (default
+``true``). Guarantees, in short: ``put_if_absent`` is atomic across threads and processes
+(a staged file ``link()``-ed into place) and needs no lock; ``put``, ``delete`` and
+compare-and-swap take one of 256 ``flock`` stripes, so CAS is linearizable against them;
+readers never see a partial value; no link inside the root is followed and no key escapes
+it; FIFOs, sockets and devices are refused, never opened; threads may share a handle and
+``fork()`` is safe at any time; ``list`` streams in ascending key order with bounded
+memory. ``docs/file-store.md`` states each guarantee in full, with the layout.
 """
 
 from __future__ import annotations
@@ -77,6 +23,7 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from gradientmail.backends import local_errors
 from gradientmail.backends import local_fs as fs
 from gradientmail.backends import local_layout as layout
 from gradientmail.backends import local_staging as staging_files
@@ -84,7 +31,6 @@ from gradientmail.backends.base import BaseMailbox, Conflict, Stat
 from gradientmail.backends.local_layout import CHUNK_BYTES
 from gradientmail.backends.options import file_url, parse_bool, parse_options, redact, split_url
 from gradientmail.errors import (
-    AccessDeniedError,
     BackendError,
     BucketNotFoundError,
     ConfigurationError,
@@ -208,11 +154,6 @@ class FileMailbox(BaseMailbox):
             except OSError:
                 pass
 
-    def _where(self, name: object) -> str:
-        if isinstance(name, str) and name:
-            return name if os.path.isabs(name) else os.path.join(self.root, name)
-        return self.root
-
     def _root_gone(self) -> bool:
         fd = self._cached
         try:
@@ -223,46 +164,16 @@ class FileMailbox(BaseMailbox):
             return False
 
     def _removed(self) -> BucketNotFoundError:
-        return BucketNotFoundError(
-            f"the mailbox directory {self.root} was removed after this mailbox was opened; "
-            "open the URL again to start afresh",
-            backend=self.url,
-        )
+        return local_errors.removed(self.root, self.url)
 
     def _foreign(self, mode: int, name: str, key: str | None) -> BackendError:
-        return BackendError(
-            f"{self._where(name)} is a {fs.kind(mode)} where gradientmail keeps a regular "
-            "file; it uses nothing else there and never follows a link: remove it",
-            key=key,
-            backend=self.url,
-        )
+        return local_errors.foreign(mode, name, key, root=self.root, url=self.url)
 
     def _map(self, exc: OSError, key: str | None) -> BackendError:
         """The one place OS errors become gradientmail errors, naming the entry involved."""
-        path = self._where(exc.filename)
-        code = exc.errno
-        if code == errno.ENOENT and self._root_gone():
+        if exc.errno == errno.ENOENT and self._root_gone():
             return self._removed()
-        if code in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return AccessDeniedError(
-                f"permission denied on {path} ({exc.strerror}); check its owner and mode",
-                key=key,
-                backend=self.url,
-            )
-        if path == self.root:  # the caller's own path, which may go through links
-            message = f"cannot open the mailbox directory {path}: {exc.strerror or exc}"
-        elif code == errno.ELOOP:
-            message = (
-                f"{path} is a symbolic link; gradientmail never follows links inside a "
-                "file:// root: remove it"
-            )
-        elif code == errno.ENOTDIR:
-            message = f"{path} is not a directory, but gradientmail keeps one there: remove it"
-        elif code == errno.EISDIR:
-            message = f"{path} is a directory where gradientmail keeps a file: remove it"
-        else:
-            message = f"filesystem error on {path}: {exc.strerror or exc}"
-        return BackendError(message, key=key, backend=self.url)
+        return local_errors.mapped(exc, key, root=self.root, url=self.url)
 
     def _write_id(self, raw: bytes, key: str) -> str:
         write_id = layout.parse_header(raw)

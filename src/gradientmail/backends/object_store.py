@@ -92,10 +92,9 @@ TIMEOUT_OPTIONS: Mapping[str, Callable[[Any], Any]] = {
     "read_timeout": positive_float,
 }
 
-# Statuses by which a store answers that it did not carry a request out (a timeout waiting
-# for the request, a conflicting concurrent request, throttling, unavailable): a conditional
-# write answered so was certainly not stored. A 500, 502 or 504 may follow a write that
-# landed, so those leave the outcome open.
+# Statuses by which a store says it did not carry a request out (timeout, conflict,
+# throttling, unavailable): a conditional write answered so was certainly not stored.
+# A 500, 502 or 504 may follow a write that landed, so those leave the outcome open.
 _NOT_CARRIED_OUT = frozenset({408, 409, 429, 503})
 
 
