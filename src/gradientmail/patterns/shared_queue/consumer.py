@@ -132,8 +132,10 @@ class SharedQueue(Generic[T]):
         stats = self.stats
         lease = self._lease
         report_wait = self._report_wait
+        recorder = self._parts.recorder if self._parts is not None else None
         while True:
-            self._raise_recorded_failure()
+            if recorder is not None and recorder.error is not None:  # per item: kept cheap
+                self._fail(recorder.error)
             entry, waited = get()
             if waited:
                 stats.wait_s += waited
