@@ -3,10 +3,12 @@
 ``benchmarks/scale.py`` runs the real loader threads against a store server in real time. At
 1024 learners x 100k units that is 13 minutes a run on 2 cores, and run-to-run noise there
 (the start of 1024 threads on 2 cores moves by tens of seconds) is as large as the effect of
-a change to where learners claim. This model runs the real claim view
-(:class:`gradientmail.patterns.shared_queue.policy.view.View`: where a learner starts, walks, jumps,
-sweeps, rests and looks) in one thread against one ``memory://`` mailbox, on a
-discrete-event clock:
+a change to where learners claim. This model drives the shipped claim policy
+(:class:`gradientmail.patterns.shared_queue.policy.ClaimPolicy`: where a learner starts,
+walks, jumps, sweeps, rests and looks) through the verbs the loader thread drives
+(``begin``, ``next``, ``won``, ``lost``, ``look``), with the loader's page reader
+(:class:`~gradientmail.patterns.shared_queue.claim_pages.ClaimPages`), in one thread against
+one ``memory://`` mailbox, on a discrete-event clock:
 
 * each learner is a generator with its own :class:`gradientmail.testing.LatencyMailbox`
   (S3-like latencies, p50 15 ms and p99 60 ms, as ``scale.py``) whose waits are owed to the
@@ -16,10 +18,10 @@ discrete-event clock:
 * it trains in simulated time too (seconds per item 1, 2, 2, 4 times ``t0`` by learner
   number, two items a unit, four units prefetched, ``t0`` chosen so the fluid makespan is
   ``--seconds``), and starts at a time drawn from ``0..--start-spread``;
-* its loop is the claim loop's (:meth:`ClaimLoop.next_unit`): the view's candidate, else a
-  jump; a lost claim jumps; a learner with nothing free rests and looks one page further
-  when it rests, when its buffer has drained, and then every ``markers / 250`` seconds (the
-  idle poll's floor).
+* its loop is the claim loop's (:meth:`ClaimLoop.next_unit`): claim where the policy says
+  next, and tell it the outcome; a learner with nothing free rests and looks one page
+  further when it rests, when its buffer has drained, and then every ``markers / 250``
+  seconds (the idle poll's floor).
 
 Left out: leases, idle markers, completions, reclaim scans, and learners that die. So the
 model counts claims and their listings only. It checks that every unit was claimed once.
@@ -31,7 +33,7 @@ measured 0.80 %. The model is pessimistic but steady (seeds move it by a few hun
 a percent), so a rule that changes lost claims by a tenth shows in one run. Choose rules
 with it, and confirm them with ``scale.py``.
 
-It runs the shipped view and, as the baseline in the same run with the same seeds, a view
+It runs the shipped policy and, as the baseline in the same run with the same seeds, one
 whose jumps draw runs in proportion to their length (the rule before December 2026; with
 ``--baseline-power 3``, to its cube), and prints for each the creates and listing pages
 per unit, the share of creates lost, and the makespan over the fluid bound (starts
@@ -39,7 +41,8 @@ included); then the ratio of lost claims.
 
 Run: ``python benchmarks/claim_model.py`` (1024 learners x 100k units, about 5 minutes), or
 choose: ``--learners 256 --units 100000 --seconds 120 --start-spread 15 --seed 2``.
-Profile a rule by changing the view, or by giving :func:`simulate` a subclass of it.
+Profile a rule by changing the policy, or by giving :func:`simulate` a policy of your own
+(see :func:`drawing_by`).
 """
 
 from __future__ import annotations
@@ -53,8 +56,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from gradientmail import from_url
+from gradientmail.patterns.shared_queue.claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue.idle_markers import POLLS_PER_SECOND
-from gradientmail.patterns.shared_queue.policy.view import View
+from gradientmail.patterns.shared_queue.policy import ClaimPolicy, PageReader
+from gradientmail.patterns.shared_queue.stats import QueueStats
 from gradientmail.testing import S3_LIKE, LatencyMailbox, RequestCounts
 
 # As benchmarks/scale.py: seconds per item (times t0) by learner number, items per unit,
@@ -65,15 +70,18 @@ PREFETCH_UNITS = 4
 PREFIX = "units/"
 
 
-def drawing_by(power: int) -> type[View]:
-    """A view whose jumps draw runs in proportion to their length to ``power`` (the
-    shipped view draws by the square)."""
+#: Makes the policy of one learner: ``(identifiers, learner id, page reader)``.
+MakePolicy = Callable[[list[str], str, PageReader], ClaimPolicy]
 
-    class PowerDraw(View):
-        def weight(self, length: int) -> int:
-            return int(length**power)
 
-    return PowerDraw
+def drawing_by(power: int) -> MakePolicy:
+    """A policy whose jumps draw runs in proportion to their length to ``power`` (the
+    shipped policy draws by the square)."""
+
+    def make(identifiers: list[str], learner_id: str, reader: PageReader) -> ClaimPolicy:
+        return ClaimPolicy(identifiers, learner_id, reader, weight=lambda n: int(n**power))
+
+    return make
 
 
 @dataclass
@@ -84,7 +92,7 @@ class Result:
     makespan: float = 0.0
 
 
-def simulate(make_view: Callable[[list[str], str], View], args: argparse.Namespace) -> Result:
+def simulate(make_policy: MakePolicy, args: argparse.Namespace) -> Result:
     """Run every learner to the end of the epoch; the claims' figures."""
     rng = random.Random(args.seed)
     learners, units = args.learners, args.units
@@ -113,46 +121,38 @@ def simulate(make_view: Callable[[list[str], str], View], args: argparse.Namespa
         boxes.append(box)
         yield rng.uniform(0, args.start_spread)
         leases.append(name)
-        view = make_view(identifiers, name)
-        view.paged = True
-        view.mark(key[len(PREFIX) :] for key in box.list(PREFIX))  # the scan at its start
+        policy = make_policy(identifiers, name, ClaimPages(box, PREFIX, QueueStats()))
+        claimed = [key[len(PREFIX) :] for key in box.list(PREFIX)]  # the scan at its start
         yield paid()
-        view.members = sorted({*leases, name})
-        view.start_at(alone=len(view.members) == 1)
+        policy.begin(claimed, leases)
         starts: list[float] = []  # when each held unit's training starts
         trained_until = clock[0]
-        lost = False
         while True:
             if len(starts) >= PREFETCH_UNITS and clock[0] < starts[-PREFETCH_UNITS]:
                 yield starts[-PREFETCH_UNITS] - clock[0]  # the buffer is full
-            p = None if lost else view.candidate()
+            p = policy.next()
+            yield paid()  # its pages, if it jumped
             if p is None:
-                p = view.jump(box, PREFIX)[0]
-                yield paid()  # its pages
-            if p is None:
-                p = yield from rest(view, box, trained_until)
+                p = yield from rest(policy, trained_until)
                 if p is None:
                     result.makespan = max(result.makespan, trained_until)
                     return
             won = box.put_if_absent(PREFIX + identifiers[p], b"")
             yield paid()
-            view.taken[p] = 1
-            lost = not won
-            if lost:
+            if not won:
+                policy.lost(p)
                 continue
-            view.claimed(p)
+            policy.won(p)
             box.get_versioned(PREFIX + identifiers[p])  # the read-back
             yield paid()
             starts.append(max(clock[0], trained_until))
             trained_until = starts[-1] + per_unit
 
-    def rest(
-        view: View, box: LatencyMailbox, trained_until: float
-    ) -> Generator[float, None, int | None]:
+    def rest(policy: ClaimPolicy, trained_until: float) -> Generator[float, None, int | None]:
         """Look while resting, as the loader's wait does; the position found, if any."""
         waited = is_idle = False
         try:
-            while not view.exhausted():
+            while not policy.exhausted():
                 if waited and not is_idle:
                     if clock[0] < trained_until:
                         yield trained_until - clock[0]  # its own units are trained first
@@ -161,11 +161,11 @@ def simulate(make_view: Callable[[list[str], str], View], args: argparse.Namespa
                 elif waited:
                     yield max(0.1, idle[0] / POLLS_PER_SECOND)
                 waited = True
-                found = view.look(box, PREFIX)[0]
+                found = policy.look()
                 yield paid()
                 if found is not None:
                     return found
-                if is_idle and view.looked > view.pages:
+                if is_idle and policy.looked_everywhere:
                     return None  # looked at the whole order: the others finish what is left
             return None
         finally:
@@ -215,7 +215,7 @@ def main() -> None:
     print(f"{'rule':<22} {'create':>7} {'lost%':>6} {'pages':>6} {'makespan':>9} {'cpu s':>6}")
     results = {}
     baseline = (f"length^{args.baseline_power:g} (baseline)", drawing_by(args.baseline_power))
-    for rule, make in (("length^2 (ours)", View), baseline):
+    for rule, make in (("length^2 (ours)", ClaimPolicy), baseline):
         cpu = time.process_time()
         r = simulate(make, args)
         results[rule] = r

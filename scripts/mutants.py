@@ -247,6 +247,58 @@ MUTANTS: tuple[Mutant, ...] = (
         "every unit, though a learner may have died holding units unseen",
     ),
     Mutant(
+        "policy-win-keeps-jumping",
+        "patterns/shared_queue/policy/claim_policy.py",
+        (
+            (
+                "        self._walk.won(position)\n        self._search.losses = 0\n",
+                "        self._walk.won(position)\n",
+            ),
+        ),
+        ("tests/patterns/test_claim_policy.py",),
+        "after one lost claim the policy jumps (a page each) even once it wins again, "
+        "instead of walking on from its last claim",
+    ),
+    Mutant(
+        "policy-walk-ignores-member-starts",
+        "patterns/shared_queue/policy/claim_policy.py",
+        (
+            (
+                "            walk.stops = {self.start_of(m) for m in self._members} - {walk.next}\n",
+                "            walk.stops = set()\n",
+            ),
+        ),
+        ("tests/patterns/test_claim_policy.py",),
+        "a walk runs into the next member's first unit, a lost claim at every member's "
+        "start, instead of stopping short of it",
+    ),
+    Mutant(
+        "policy-sweepers-collide",
+        "patterns/shared_queue/policy/claim_policy.py",
+        (
+            (
+                "                    if self._learner_id in _sweepers(ring, stretch)[1:]:\n",
+                "                    if False:\n",
+            ),
+        ),
+        ("tests/patterns/test_claim_policy.py",),
+        "both sweepers of a stretch start at the same unit, so two learners sweeping "
+        "together lose a claim on every unit they meet",
+    ),
+    Mutant(
+        "policy-blind-never-refreshes",
+        "patterns/shared_queue/policy/claim_policy.py",
+        (
+            (
+                "        if search.losses >= PROBES_BEFORE_LISTING and not self._paged:\n",
+                "        if False:\n",
+            ),
+        ),
+        ("tests/patterns/test_claim_policy.py",),
+        "without partial listings a stale learner probes one lost claim after another "
+        "and never refreshes what it believes with a listing",
+    ),
+    Mutant(
         "holdings-forget-before-recorded",
         "patterns/shared_queue/recorder.py",
         (

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
+from gradientmail._status_record import number
 from gradientmail.errors import MissingDependencyError
 
 if TYPE_CHECKING:
-    from gradientmail.status import RunStatus
+    from gradientmail._status_record import RunStatus
 
 __all__ = ["lane_of", "plot_gantt"]
-
-
-def _number(value: object) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def lane_of(identifier: str) -> str:
@@ -28,15 +25,15 @@ def _bars(status: RunStatus, origin: float) -> tuple[list[str], list[tuple[Any, 
         units = [u for u in record.get("units") or [] if isinstance(u, list) and len(u) >= 4]
         labels.append(f"{record.get('learner')} ({len(units)} units)")
         until = next(
-            (float(t) for t in (record.get("finished_at"), record.get("updated_at")) if _number(t)),
+            (float(t) for t in (record.get("finished_at"), record.get("updated_at")) if number(t)),
             status.now,
         )
         for entry in units:
             identifier, claimed, started, finished = entry[:4]
-            begin = started if _number(started) else claimed
-            if not _number(begin):
+            begin = started if number(started) else claimed
+            if not number(begin):
                 continue
-            end = float(finished) if _number(finished) else until
+            end = float(finished) if number(finished) else until
             end_of_run = max(end_of_run, end)
             reclaimed = bool(entry[4]) if len(entry) > 4 else False
             lane = lane_of(str(identifier))

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
+
+from gradientmail._status_record import number
 
 if TYPE_CHECKING:
-    from gradientmail.status import RunStatus
+    from gradientmail._status_record import RunStatus
 
 __all__ = ["data_wait_share", "format_status"]
-
-
-def _number(value: object) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def data_wait_share(record: dict[str, Any], now: float) -> float | None:
@@ -21,10 +19,10 @@ def data_wait_share(record: dict[str, Any], now: float) -> float | None:
     its ``updated_at`` (when ``data_wait_s`` was measured).
     """
     waited, started = record.get("data_wait_s"), record.get("started_at")
-    if not _number(waited) or not _number(started):
+    if not number(waited) or not number(started):
         return None
     end = next(
-        (float(t) for t in (record.get("finished_at"), record.get("updated_at")) if _number(t)),
+        (float(t) for t in (record.get("finished_at"), record.get("updated_at")) if number(t)),
         now,
     )
     elapsed = end - float(started)
@@ -65,10 +63,10 @@ def format_status(status: RunStatus) -> str:
         state = str(r.get("state", "?"))
         if state == "failed" and r.get("error"):
             state = f"failed ({r['error']})"
-        if state == "silent" and _number(r.get("lost_in_s")):
+        if state == "silent" and number(r.get("lost_in_s")):
             state = f"silent (lost in {_duration(float(r['lost_in_s']))})"
         updated = r.get("seen_at", r.get("updated_at"))
-        age = f"{_duration(status.now - float(updated))} ago" if _number(updated) else "never"
+        age = f"{_duration(status.now - float(updated))} ago" if number(updated) else "never"
         rate = r.get("rate")
         share = data_wait_share(r, status.now)
         rows.append(
@@ -78,7 +76,7 @@ def format_status(status: RunStatus) -> str:
                 _int(r.get("units_claimed")),
                 _int(r.get("units_finished")),
                 _int(r.get("samples")),
-                f"{float(rate):.1f}" if _number(rate) else "-",
+                f"{float(rate):.1f}" if number(rate) else "-",
                 "-" if share is None else f"{100 * share:.1f}",
                 age,
             )

@@ -42,10 +42,10 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from gradientmail._status_plot import lane_of, plot_gantt
+from gradientmail._status_record import RunStatus, number
 from gradientmail._status_text import data_wait_share, format_status
 from gradientmail.backends.options import redact
 from gradientmail.mailbox import Capability, Mailbox
@@ -73,105 +73,6 @@ __all__ = [
 EXPIRED_AFTER = 1.5
 
 
-@dataclass
-class RunStatus:
-    """What a run's mailbox says about it, read at ``now``."""
-
-    now: float
-    #: units in the run (from ``manifest``), or ``None`` if no queue wrote one.
-    total: int | None
-    #: claim keys of the epoch.
-    claimed: int
-    #: the epoch shown.
-    epoch: int = 0
-    #: units with a completion record.
-    done: int = 0
-    #: claimed, not done, not released.
-    in_progress: int = 0
-    #: units taken over from another learner.
-    reclaimed: int = 0
-    #: whether the store can take over units (compare-and-swap).
-    takeovers: bool = True
-    #: progress records merged with leases, sorted by learner id; each has a ``state``.
-    learners: list[dict[str, Any]] = field(default_factory=list)
-    #: keys that could not be read as records (named in the report, never fatal).
-    unreadable: list[str] = field(default_factory=list)
-    #: the newest epoch with any key; whether the epoch shown has any claim or completion
-    #: (an epoch asked for with ``--epoch`` may not have started).
-    newest_epoch: int = 0
-    epoch_started: bool = True
-    #: older epochs with units left, epoch -> units left (default view only).
-    unfinished_epochs: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def exists(self) -> bool:
-        """Whether the mailbox holds a run at all."""
-        return self.total is not None or bool(self.learners) or self.claimed > 0
-
-    @property
-    def finished(self) -> int:
-        """Units done (completion records)."""
-        return self.done
-
-    @property
-    def free(self) -> int | None:
-        """Units nobody holds (``None`` when the total is unknown)."""
-        if self.total is None:
-            return None
-        return max(0, self.total - self.done - self.in_progress)
-
-    @property
-    def left(self) -> int | None:
-        """Units not done yet (``None`` when the total is unknown)."""
-        return None if self.total is None else max(0, self.total - self.done)
-
-    @property
-    def complete(self) -> bool:
-        """Every unit is done."""
-        return self.total is not None and self.done >= self.total
-
-    @property
-    def running(self) -> bool:
-        """Whether any learner may still be running: it holds a lease that is renewed, or
-        that went silent but is not lost yet."""
-        return any(r.get("state") in ("running", "silent") for r in self.learners)
-
-    @property
-    def stalled(self) -> bool:
-        """Work is left, learners were here, and none of them is running."""
-        started = self.epoch_started
-        return started and not self.complete and bool(self.learners) and not self.running
-
-    @property
-    def failed(self) -> list[dict[str, Any]]:
-        """Records of learners that failed."""
-        return [r for r in self.learners if r.get("state") == "failed"]
-
-    @property
-    def started_at(self) -> float | None:
-        """When the first learner started."""
-        starts = [float(r["started_at"]) for r in self.learners if _number(r.get("started_at"))]
-        return min(starts) if starts else None
-
-    def eta(self) -> float | None:
-        """Seconds until every unit is done at the rate so far, or ``None`` if unknown."""
-        left, start = self.left, self.started_at
-        if left is None or start is None:
-            return None
-        if left == 0:
-            return 0.0
-        if not self.running or self.done == 0:
-            return None
-        at_rate = left * (self.now - start) / self.done
-        # Units held by a silent learner wait until it is declared lost (or speaks again).
-        waits = [float(r["lost_in_s"]) for r in self.learners if _number(r.get("lost_in_s"))]
-        return max([at_rate, *waits]) if self.in_progress else at_rate
-
-
-def _number(value: object) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def latest_epoch(mailbox: Mailbox) -> int:
     """The highest epoch with any key under ``epochs/{k}/``; 0 when there is none."""
     best = 0
@@ -192,9 +93,9 @@ def _silence(lease: dict[str, Any] | None, now: float) -> tuple[float, float] | 
     if lease is None or lease.get("state") != "running":
         return None
     renewed, duration, period = lease.get("renewed_at"), lease.get("lease"), lease.get("period")
-    if not (_number(renewed) and _number(duration)):
+    if not (number(renewed) and number(duration)):
         return None
-    if not _number(period) or period <= 0:
+    if not number(period) or period <= 0:
         period = duration / 3
     silent = now - renewed
     if silent <= SILENT_AFTER * period:
@@ -208,9 +109,7 @@ def _learner_state(record: dict[str, Any], lease: dict[str, Any] | None, now: fl
         renewed, duration = lease.get("renewed_at"), lease.get("lease")
         if state == "lost":
             return "lost"
-        expired = (
-            _number(renewed) and _number(duration) and now - renewed > EXPIRED_AFTER * duration
-        )
+        expired = number(renewed) and number(duration) and now - renewed > EXPIRED_AFTER * duration
         if state == "running" and expired:
             return "lost"
         if _silence(lease, now) is not None and record.get("state") in (None, "running"):
@@ -279,7 +178,7 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         if row["state"] == "silent" and silence is not None:
             row["silent_s"], row["lost_in_s"] = silence
         renewed = (lease or {}).get("renewed_at")
-        seen = [t for t in (record.get("updated_at"), renewed) if _number(t)]
+        seen = [t for t in (record.get("updated_at"), renewed) if number(t)]
         if seen:
             row["seen_at"] = max(seen)
         rows.append(row)

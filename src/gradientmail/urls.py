@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from gradientmail.backends.options import (
     SplitURL,
@@ -39,9 +39,6 @@ from gradientmail.backends.options import (
 )
 from gradientmail.errors import ConfigurationError
 from gradientmail.mailbox import Mailbox
-
-if TYPE_CHECKING:
-    from gradientmail.backends.base import BaseMailbox
 
 __all__ = [
     "BUILTIN_SCHEMES",
@@ -105,8 +102,8 @@ def _plugins() -> dict[str, metadata.EntryPoint]:
 
 def _builtin(scheme: str) -> Factory:
     module_name, _, attr = BUILTIN_SCHEMES[scheme].partition(":")
-    cls: type[BaseMailbox] = getattr(importlib.import_module(module_name), attr)
-    return cls.open
+    factory: Factory = getattr(importlib.import_module(module_name), attr).open
+    return factory
 
 
 def _factory(scheme: str, url: str) -> Factory:

@@ -1,8 +1,9 @@
-"""The package's modules import each other without a circle.
+"""The package's modules import each other without a circle, and each room keeps to itself.
 
-Module-level imports only (those under ``if TYPE_CHECKING:`` or inside functions run later,
-and cannot deadlock an import). A package importing its own submodules is not a circle, nor
-is ``from pkg import submodule``, which names the submodule, not the package's ``__init__``.
+Every import counts: at module level, under ``if TYPE_CHECKING:`` and inside functions (a
+circle there does not deadlock an import, but it still ties two modules into one). A
+package importing its own submodules is not a circle, nor is ``from pkg import submodule``,
+which names the submodule, not the package's ``__init__``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets: set[str] = set()
-        for node in ast.parse(path.read_text()).body:  # module level only
+        for node in ast.walk(ast.parse(path.read_text())):  # every import, at any depth
             if isinstance(node, ast.Import):
                 targets |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -80,3 +81,57 @@ def test_no_module_of_the_package_imports_itself_through_others() -> None:
 def test_the_circle_finder_finds_a_planted_circle() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _circles(edges) == [["a", "b", "c"]]
+
+
+def _imports_of(prefix: str) -> dict[str, set[str]]:
+    """What each module at or under ``prefix`` imports from the package, at any depth."""
+    edges = _edges(_modules())
+    return {m: t for m, t in edges.items() if m == prefix or m.startswith(prefix + ".")}
+
+
+#: The patterns, each a room of its own (the exchange lives in ``gradientmail._exchange``).
+PATTERNS = (
+    "gradientmail.patterns.shared_queue",
+    "gradientmail.patterns.pipeline",
+    "gradientmail._exchange",
+)
+
+
+def _inside(module: str, room: str) -> bool:
+    return module == room or module.startswith(room + ".")
+
+
+def test_the_patterns_root_imports_no_pattern() -> None:
+    """``patterns/*.py`` holds what the patterns share (leases, claims, workers, layout)."""
+    root = {
+        m: t
+        for m, t in _imports_of("gradientmail.patterns").items()
+        if not any(_inside(m, room) for room in PATTERNS)
+    }
+    assert len(root) > 5, "the walk found the shared modules"
+    for module, targets in root.items():
+        assert not {t for t in targets for room in PATTERNS if _inside(t, room)}, module
+
+
+def test_no_pattern_imports_another() -> None:
+    for room in PATTERNS:
+        others = [other for other in PATTERNS if other != room]
+        for module, targets in _imports_of(room).items():
+            crossing = {t for t in targets for other in others if _inside(t, other)}
+            assert not crossing, f"{module} imports {sorted(crossing)}"
+
+
+def test_the_claim_policy_imports_neither_the_mailbox_nor_leases() -> None:
+    """The policy decides; it sees the store only through the page reader it is handed."""
+    policy = "gradientmail.patterns.shared_queue.policy"
+    found = _imports_of(policy)
+    assert len(found) >= 4, "the walk found the policy's modules"
+    store = ("gradientmail.mailbox", "gradientmail.backends", "gradientmail.urls")
+    leases = ("gradientmail.patterns.leases", "gradientmail.patterns.lease_watch")
+    queue = "gradientmail.patterns.shared_queue"
+    for module, targets in found.items():
+        banned = {t for t in targets if any(_inside(t, room) for room in store + leases)}
+        assert not banned, f"{module} imports {sorted(banned)}"
+        # Nor the rest of the queue: the loader drives the policy, never the reverse.
+        rest = {t for t in targets if _inside(t, queue) and not _inside(t, policy)}
+        assert not rest, f"{module} imports {sorted(rest)}"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 
 from gradientmail import from_url
-from gradientmail.mailbox import SupportsListStartAfter
+from gradientmail.patterns.shared_queue.claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue.policy.free_runs import PAGE, FreeRuns
+from gradientmail.patterns.shared_queue.stats import QueueStats
 
 
 def ids(n: int) -> list[str]:
@@ -67,13 +68,16 @@ def test_a_page_marks_its_claims_and_says_how_far_it_reached() -> None:
     claimed = [p for p in range(len(identifiers)) if p % 2]  # every other unit
     for p in claimed:
         assert box.put_if_absent("units/" + identifiers[p], b"{}")
-    assert isinstance(box, SupportsListStartAfter)  # memory:// starts listings after a key
+    stats = QueueStats()
+    reader = ClaimPages(box, "units/", stats)
+    assert reader.partial  # memory:// starts listings after a key
     view = FreeRuns(identifiers, b"seed")
-    last, listed = view.list_page(box, "units/", 10)
-    assert listed == PAGE
+    last = view.list_page(reader, 10)
+    assert (stats.listings, stats.listed_keys) == (1, PAGE)
     assert last == 11 + 2 * (PAGE - 1)  # the last of the 1000 claims listed after unit 9
     assert [p for p in range(10, last + 1) if view.taken[p]] == list(range(11, last + 1, 2))
     assert not any(view.taken[:10])
     assert not any(view.taken[last + 1 :])
-    last, listed = view.list_page(box, "units/", last + 1)
-    assert (last, listed) == (len(identifiers) - 1, len(claimed) - PAGE - 5)  # reached the end
+    last = view.list_page(reader, last + 1)
+    assert last == len(identifiers) - 1  # the listing reached the end
+    assert (stats.listings, stats.listed_keys) == (2, len(claimed) - 5)

@@ -5,7 +5,7 @@ learner that knows fewer ids than another answers for a superset of what it woul
 for knowing them all (the first id after a point among all ids is also the first among
 any subset that holds it). Used to choose the watchers of a busy learner
 (:mod:`gradientmail.patterns.shared_queue.idle_markers`) and the sweepers of a stretch of
-units (:mod:`gradientmail.patterns.shared_queue.policy.view`); a learner's point also sets
+units (:mod:`gradientmail.patterns.shared_queue.policy`); a learner's point also sets
 where it starts in a shared order. This module is the one place ids are hashed: the ring's
 points, the rendezvous ranks that elect a leader (:func:`rank`), and the seed of a
 learner's own random choices (:func:`seed_of`).

@@ -64,7 +64,8 @@ from gradientmail.errors import (
     ProducerLostError,
     ProducerRegistrationError,
 )
-from gradientmail.patterns.pipeline.api import Consumer, Pipeline, Producer
+from gradientmail.patterns.pipeline.api import Pipeline
+from gradientmail.patterns.pipeline.roles import Consumer, Producer
 from gradientmail.patterns.pipeline.stats import ConsumerStats, PipelineStats, ProducerStats
 
 __all__ = [

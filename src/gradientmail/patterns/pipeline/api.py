@@ -1,5 +1,6 @@
-"""The pipeline API: :class:`Pipeline`, its :class:`Producer` and :class:`Consumer` handles,
-and :class:`Transport`, the interface each transport (in process, over a mailbox) implements.
+"""The pipeline API: :class:`Pipeline`, which hands out :class:`Producer` and
+:class:`Consumer` handles (defined in :mod:`~gradientmail.patterns.pipeline.roles`, with
+:class:`Transport`, the interface each transport implements).
 
 The guarantees are stated in the package docstring and, with the termination protocol and
 why simpler protocols fail, in ``docs/pipeline.md``.
@@ -11,27 +12,24 @@ import itertools
 import os
 import socket
 import threading
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar, overload
 
 from gradientmail.backends.options import positive
 from gradientmail.errors import (
     ConfigurationError,
     InvalidKeyError,
-    PipelineError,
     ProducerRegistrationError,
 )
 from gradientmail.keys import validate_segment
 from gradientmail.mailbox import Mailbox
+from gradientmail.patterns.pipeline.roles import Consumer, Producer, Transport
 from gradientmail.patterns.pipeline.stats import ConsumerStats, PipelineStats, ProducerStats
 
-__all__ = ["Consumer", "Decode", "Pipeline", "Producer", "Transport", "check_id"]
+__all__ = ["Pipeline", "check_id"]
 
 T = TypeVar("T")
 U = TypeVar("U")
-#: What ``decode=`` is: applied to each item before a consumer returns it.
-Decode = Callable[[Any], Any]
 
 DEFAULT_STALL = 600.0
 #: Numbers the default consumer ids of this process, across pipeline handles: over a mailbox
@@ -74,113 +72,6 @@ def _check_declared(producers: Iterable[str]) -> tuple[str, ...]:
     if duplicates:
         raise ConfigurationError(f"producer ids must be unique; repeated: {duplicates}")
     return declared
-
-
-class Producer(ABC, Generic[T]):
-    """One registered producer. Use it as a context manager, or call ``done``/``fail``.
-
-    Leaving the ``with`` block normally calls ``done()``; leaving it through an exception
-    calls ``fail(exc)`` and lets the exception continue in the producer. A handle is used
-    by one thread at a time; give each producing thread its own declared id.
-    """
-
-    def __init__(self, producer_id: str, stats: ProducerStats) -> None:
-        self.id = producer_id
-        self.stats = stats
-        self._finished = False
-
-    @abstractmethod
-    def put(self, item: T) -> None:
-        """Add one item, waiting while the pipeline is full.
-
-        Raises:
-            PipelineAbortedError: the pipeline failed or was aborted, or this producer was
-                declared lost.
-            PipelineStalledError: no room appeared for ``stall_timeout`` seconds.
-            PipelineError: this producer has already finished.
-        """
-
-    @abstractmethod
-    def done(self) -> None:
-        """Mark this producer finished after its last item. Idempotent."""
-
-    @abstractmethod
-    def fail(self, error: BaseException) -> None:
-        """Mark this producer failed: consumers raise ``ProducerFailedError`` after its items."""
-
-    def _check_open(self) -> None:
-        if self._finished:
-            raise PipelineError(
-                f"producer {self.id!r} has already finished; put() after done() or fail() "
-                "would be lost"
-            )
-
-    def __enter__(self) -> Producer[T]:
-        return self
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            self.done()
-        elif not self._finished:
-            self.fail(exc)
-
-
-class Consumer(ABC, Generic[T]):
-    """One consumer: iterate it to take items until the pipeline ends.
-
-    Iteration stops when every declared producer has finished and every item is taken.
-    It raises ``ProducerFailedError`` (after the failed producer's items),
-    ``PipelineStalledError`` or ``PipelineAbortedError``. Use it as a context manager so
-    that a mailbox consumer's prefetch thread is stopped when you leave early. A handle is
-    iterated by one thread; open one consumer per consuming thread.
-    """
-
-    def __init__(self, consumer_id: str, stats: ConsumerStats) -> None:
-        self.id = consumer_id
-        self.stats = stats
-
-    def __iter__(self) -> Iterator[T]:
-        return self
-
-    @abstractmethod
-    def __next__(self) -> T: ...
-
-    def close(self) -> None:
-        """Stop taking items.
-
-        A mailbox consumer hands the items it had prefetched and not returned to the other
-        consumers, which take them over. Close every consumer you stop iterating early
-        (use ``with``): until then the others wait for its prefetched items before they end.
-        """
-
-    def __enter__(self) -> Consumer[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class Transport(ABC, Generic[T]):
-    """How items travel: what :class:`Pipeline` asks of the in-process and mailbox transports.
-
-    :class:`Pipeline` has already checked the ids it passes (valid, and for ``producer`` one
-    of ``declared``); the transport refuses a second registration of one id.
-    """
-
-    declared: tuple[str, ...]
-
-    @abstractmethod
-    def producer(self, producer_id: str) -> Producer[T]:
-        """Register ``producer_id`` and return its handle (``ProducerRegistrationError`` if
-        it has already registered)."""
-
-    @abstractmethod
-    def consumer(self, consumer_id: str, decode: Decode | None) -> Consumer[Any]:
-        """Open a consumer that applies ``decode`` (if given) to each item."""
-
-    @abstractmethod
-    def abort(self, reason: str) -> None:
-        """Stop the pipeline: every producer and consumer raises ``PipelineAbortedError``."""
 
 
 class Pipeline(Generic[T]):
@@ -267,7 +158,8 @@ class Pipeline(Generic[T]):
         """
         # Imported here: the transports subclass the interfaces above, and in-process users
         # need not load the mailbox transport.
-        from gradientmail.patterns.pipeline.over_mailbox import MailboxSettings, MailboxTransport
+        from gradientmail.patterns.pipeline.mailbox_run import MailboxSettings
+        from gradientmail.patterns.pipeline.over_mailbox import MailboxTransport
 
         declared = _check_declared(producers)
         settings = MailboxSettings(

@@ -20,7 +20,7 @@ from gradientmail.errors import (
     ProducerFailedError,
     ProducerRegistrationError,
 )
-from gradientmail.patterns.pipeline.api import Consumer, Decode, Producer, Transport
+from gradientmail.patterns.pipeline.roles import Consumer, Decode, Producer, Transport
 from gradientmail.patterns.pipeline.stats import ConsumerStats, ProducerStats
 from gradientmail.patterns.workers import CarriedError
 

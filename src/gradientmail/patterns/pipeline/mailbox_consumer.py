@@ -38,7 +38,6 @@ from gradientmail.errors import (
     PipelineStalledError,
 )
 from gradientmail.patterns.leases import LeaseWatcher
-from gradientmail.patterns.pipeline.api import Consumer, Decode
 from gradientmail.patterns.pipeline.deliveries import DeliveryRecorder
 from gradientmail.patterns.pipeline.item_claims import Held, ItemClaims
 from gradientmail.patterns.pipeline.producer_watch import Cursor, ProducerWatch
@@ -51,12 +50,13 @@ from gradientmail.patterns.pipeline.records import (
     end_key,
     item_key,
 )
+from gradientmail.patterns.pipeline.roles import Consumer, Decode
 from gradientmail.patterns.pipeline.stats import ConsumerStats
 from gradientmail.patterns.pipeline.takeover import Undelivered
 from gradientmail.patterns.workers import Backoff, CarriedError, HandoffBuffer, Worker
 
 if TYPE_CHECKING:
-    from gradientmail.patterns.pipeline.over_mailbox import MailboxTransport
+    from gradientmail.patterns.pipeline.mailbox_run import MailboxRun
 
 __all__ = ["MailboxConsumer"]
 
@@ -78,7 +78,7 @@ class _Item:
 class MailboxConsumer(Consumer[Any]):
     """A consumer of one mailbox run (see the module docstring)."""
 
-    def __init__(self, core: MailboxTransport, consumer_id: str, decode: Decode | None) -> None:
+    def __init__(self, core: MailboxRun, consumer_id: str, decode: Decode | None) -> None:
         super().__init__(consumer_id, ConsumerStats())
         self._core = core
         self._box = core.mailbox

@@ -32,7 +32,6 @@ from gradientmail.errors import (
     ProducerRegistrationError,
 )
 from gradientmail.patterns.claims import new_token
-from gradientmail.patterns.pipeline.api import Producer
 from gradientmail.patterns.pipeline.records import (
     End,
     EndStatus,
@@ -44,11 +43,12 @@ from gradientmail.patterns.pipeline.records import (
     producer_lease_key,
     registered_key,
 )
+from gradientmail.patterns.pipeline.roles import Producer
 from gradientmail.patterns.pipeline.stats import ProducerStats
 from gradientmail.patterns.workers import Backoff, CarriedError
 
 if TYPE_CHECKING:
-    from gradientmail.patterns.pipeline.over_mailbox import MailboxTransport
+    from gradientmail.patterns.pipeline.mailbox_run import MailboxRun
 
 __all__ = ["MailboxProducer"]
 
@@ -62,7 +62,7 @@ def _declared_by(end: End | None) -> str:
 class MailboxProducer(Producer[bytes]):
     """A registered producer of one mailbox run (see the module docstring)."""
 
-    def __init__(self, core: MailboxTransport, producer_id: str) -> None:
+    def __init__(self, core: MailboxRun, producer_id: str) -> None:
         super().__init__(producer_id, ProducerStats())
         self._core = core
         self._box = core.mailbox

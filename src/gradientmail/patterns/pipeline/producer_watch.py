@@ -22,7 +22,7 @@ from gradientmail.patterns.workers import CarriedError
 
 if TYPE_CHECKING:
     from gradientmail.mailbox import Mailbox
-    from gradientmail.patterns.pipeline.over_mailbox import MailboxSettings
+    from gradientmail.patterns.pipeline.mailbox_run import MailboxSettings
 
 __all__ = ["Cursor", "ProducerWatch"]
 

@@ -61,7 +61,7 @@ Without compare-and-swap there are no takeovers: claims are permanent, a dead le
 units stay unfinished (``gradientmail status`` says so), and an early exit deletes claims.
 
 Cost: per unit, a claim and its read-back, a swap and a record to complete, and a few lost
-claims (see :mod:`gradientmail.patterns.shared_queue.policy.view`); per learner, a lease write per
+claims (see :mod:`gradientmail.patterns.shared_queue.policy`); per learner, a lease write per
 ``lease / 3`` seconds, listings at the start and at the end, and two pages per poll while
 waiting (see :mod:`gradientmail.patterns.shared_queue.idle_markers`).
 

@@ -26,9 +26,10 @@ from gradientmail.patterns.shared_queue.buffer_entries import (
     UnitStart,
     Wake,
 )
+from gradientmail.patterns.shared_queue.claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue.holdings import Holdings
 from gradientmail.patterns.shared_queue.loader import ClaimLoop
-from gradientmail.patterns.shared_queue.policy.view import View
+from gradientmail.patterns.shared_queue.policy import ClaimPolicy
 from gradientmail.patterns.shared_queue.recorder import CompletionRecorder
 from gradientmail.patterns.shared_queue.stats import QueueStats
 from gradientmail.patterns.shared_queue.unit_claims import UnitClaims
@@ -91,9 +92,10 @@ class SharedQueue(Generic[T]):
         claims = UnitClaims(
             mailbox, RunLayout(self.epoch), self.learner_id, self._lease.incarnation
         )
+        pages = ClaimPages(mailbox, claims.layout.units, self.stats)
         loop = ClaimLoop(
             units=units,
-            view=View(identifiers, self.learner_id, shared_order=shared_order),
+            policy=ClaimPolicy(identifiers, self.learner_id, pages, shared_order=shared_order),
             claims=claims,
             lease=self._lease,
             load=load,

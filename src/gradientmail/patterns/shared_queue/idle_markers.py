@@ -20,7 +20,7 @@ working:
   A watcher reads a watched lease at most once per renewal period.
 * A watched learner whose lease says it finished, or that it runs another epoch, holds no
   unit of this epoch: its watcher marks it idle, and sweeps its share of the units (see
-  :meth:`~gradientmail.patterns.shared_queue.policy.view.View.share`) in case it left
+  :meth:`~gradientmail.patterns.shared_queue.policy.ClaimPolicy.share`) in case it left
   before sweeping it.
   One whose lease says it released its units, failed or was declared lost, or whose lease
   was not renewed for a whole lease duration, is a *suspect*: the watcher scans the claims

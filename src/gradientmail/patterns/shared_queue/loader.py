@@ -4,7 +4,7 @@ Order of preference, each time the buffer has room:
 
 1. units this learner held in an earlier incarnation (it restarted with the same id);
 2. free units, in the learner's preference order, jumping elsewhere after a lost claim
-   (see :mod:`gradientmail.patterns.shared_queue.policy.view`);
+   (see :mod:`gradientmail.patterns.shared_queue.policy`);
 3. when none is free: units that were released, or whose owner's lease expired, taken
    over with compare-and-swap. While units are claimed but not done and none can be taken,
    the thread keeps watching the others' leases and idle markers (see
@@ -36,11 +36,7 @@ from gradientmail.patterns.shared_queue.buffer_entries import (
     UnitStart,
 )
 from gradientmail.patterns.shared_queue.holdings import Holdings
-from gradientmail.patterns.shared_queue.policy.view import (
-    PROBES_BEFORE_LISTING,
-    View,
-    lists_from_a_key,
-)
+from gradientmail.patterns.shared_queue.policy import ClaimPolicy
 from gradientmail.patterns.shared_queue.stats import QueueStats
 from gradientmail.patterns.shared_queue.unit_claims import Held, UnitClaims
 from gradientmail.patterns.shared_queue.waiting import Next, Waiting
@@ -71,7 +67,7 @@ class ClaimLoop:
         self,
         *,
         units: Mapping[str, Any],
-        view: View,
+        policy: ClaimPolicy,
         claims: UnitClaims,
         lease: Lease,
         load: Callable[[Any], Iterable[Any]],
@@ -83,25 +79,23 @@ class ClaimLoop:
         wait_for_others: bool = True,
     ) -> None:
         self.items_of: Callable[[str], Iterable[Any]] = lambda ident: load(units[ident])
-        self.view = view
+        self.policy = policy
         self.claims = claims
         self.buffer = buffer
         self.holdings = holdings
         self.stats = stats
         self.reporter = reporter
         self.closing = closing
-        view.paged = view.sorted and lists_from_a_key(claims.mailbox)
         self.waiting = Waiting(
             claims,
             lease,
-            view=view,
+            policy=policy,
             holdings=holdings,
             stats=stats,
             closing=closing,
             wait_for_others=wait_for_others,
             hold=self.hold,
         )
-        self.losses = 0  # claims lost in a row since the last listing
         self.held_limit = buffer.capacity + 2
 
     @property
@@ -140,9 +134,8 @@ class ClaimLoop:
         scan = self.claims.scan()
         self.stats.listings += 2
         self.stats.listed_keys += len(scan.claimed) + len(scan.done)
-        ids = self.view.position
+        ids = self.policy.position
         self.stats.units_done_before = sum(1 for ident in scan.done if ident in ids)
-        self.view.mark(scan.claimed)
         self.waiting.begin(scan)
 
     # -- choosing the next unit ---------------------------------------------------------------
@@ -158,11 +151,9 @@ class ClaimLoop:
         held = takeover.next_own() or takeover.next_found()
         if held is not None:
             return held
-        view = self.view
+        policy = self.policy
         while not self.closing.is_set():
-            p = None if self.losses else view.candidate()
-            if p is None:
-                p = self.jump()  # a wall, or a lost claim: move into a run believed free
+            p = policy.next()
             if p is not None:
                 held = self.claim(p)
                 if held is not None:
@@ -180,41 +171,20 @@ class ClaimLoop:
 
     def claim(self, p: int) -> Held | None:
         """Claim the unit at position ``p``; after a lost claim, ``None``."""
-        view = self.view
-        identifier = view.identifiers[p]
+        policy = self.policy
+        identifier = policy.identifiers[p]
         began = time.perf_counter()
         held = self.claims.claim(identifier)
-        view.taken[p] = 1
         if held is not None:
             self.stats.claim_latency.add(time.perf_counter() - began)
-            view.claimed(p)
-            self.losses = 0
+            policy.won(p)
             return self.hold(held, False)
         self.stats.conflicts_lost += 1
         _log.debug(
             "%r lost the claim of unit %r to another learner", self.claims.learner_id, identifier
         )
-        self.losses += 1
-        if self.losses >= PROBES_BEFORE_LISTING and not view.paged:
-            self.refresh()  # too stale for probing alone (no partial listings)
-            self.losses = 0
+        policy.lost(p)
         return None
-
-    def jump(self) -> int | None:
-        """Where to claim after a wall or a lost claim; ``None`` when every unit is taken."""
-        return self.stats.searched(self.view.jump(self.claims.mailbox, self.claims.layout.units))
-
-    def refresh(self) -> None:
-        """Mark every claimed unit as taken (one paged listing of the claims)."""
-        listed = 0
-        prefix = self.claims.layout.units
-        for key in self.claims.mailbox.list(prefix):
-            listed += 1
-            p = self.view.position.get(key[len(prefix) :])
-            if p is not None:
-                self.view.taken[p] = 1
-        self.stats.listings += 1
-        self.stats.listed_keys += listed
 
     def hold(self, held: Held, reclaimed: bool) -> Held:
         """Register a unit this learner now holds; report it."""

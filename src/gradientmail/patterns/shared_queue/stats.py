@@ -48,10 +48,3 @@ class QueueStats(Stats):
     listed_keys: int = 0
     #: lease writes (acquiring and renewing), counted when the queue closes.
     lease_renewals: int = 0
-
-    def searched(self, search: tuple[int | None, int, int]) -> int | None:
-        """Count a search of the claims (position, listings, keys listed); its position."""
-        position, listings, keys = search
-        self.listings += listings
-        self.listed_keys += keys
-        return position

@@ -20,7 +20,7 @@ from gradientmail.mailbox import Version
 from gradientmail.patterns.claims import ClaimRecord
 from gradientmail.patterns.leases import Lease, LeaseWatcher
 from gradientmail.patterns.shared_queue.holdings import Holdings
-from gradientmail.patterns.shared_queue.policy.view import View
+from gradientmail.patterns.shared_queue.policy import ClaimPolicy
 from gradientmail.patterns.shared_queue.stats import QueueStats
 from gradientmail.patterns.shared_queue.unit_claims import DONE, RELEASED, Held, Scan, UnitClaims
 
@@ -35,7 +35,7 @@ class Next(enum.Enum):
 
     #: Units are in progress elsewhere: poll again after a pause.
     WAIT = "wait"
-    #: Units became free again (the view was rebuilt): claim them.
+    #: Units became free again (the claim policy was rebuilt): claim them.
     FREED = "freed"
     #: Nothing more for this learner: every unit is done, claims are permanent, or closed.
     END = "end"
@@ -61,7 +61,7 @@ class Takeover:
         lease: Lease,
         watcher: LeaseWatcher,
         *,
-        view: View,
+        policy: ClaimPolicy,
         holdings: Holdings,
         stats: QueueStats,
         hooks: Hooks,
@@ -69,7 +69,7 @@ class Takeover:
         self.claims = claims
         self.lease = lease
         self.watcher = watcher
-        self.view = view
+        self.policy = policy
         self.holdings = holdings
         self.stats = stats
         self.on = hooks
@@ -82,7 +82,7 @@ class Takeover:
 
     def note_own(self, scan: Scan) -> None:
         """After a restart: remember the units an earlier incarnation of this learner held."""
-        ids = self.view.position
+        ids = self.policy.position
         mine = [ident for ident in scan.open if ident in ids]
         for ident, (record, version) in self.claims.read_all(mine).items():
             if record.owner == self.claims.learner_id and UnitClaims.state(record) != DONE:
@@ -111,9 +111,9 @@ class Takeover:
         if len(scan.done) != self.done_seen:
             self.done_seen = len(scan.done)
             self.on.changed()
-        ids = self.view.position
+        ids = self.policy.position
         if any(ident not in scan.claimed for ident in ids):
-            self.view.rebuild(scan.claimed)
+            self.policy.rebuild(scan.claimed)
             return Next.FREED
         mine = self.holdings.identifiers()
         waiting = [ident for ident in scan.open if ident in ids and ident not in mine]

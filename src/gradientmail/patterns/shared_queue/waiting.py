@@ -19,7 +19,7 @@ from gradientmail.patterns.leases import Lease, LeaseWatcher
 from gradientmail.patterns.run_layout import LEASES_PREFIX
 from gradientmail.patterns.shared_queue.holdings import Holdings
 from gradientmail.patterns.shared_queue.idle_markers import POLLS_PER_SECOND, IdleWatch
-from gradientmail.patterns.shared_queue.policy.view import View
+from gradientmail.patterns.shared_queue.policy import ClaimPolicy
 from gradientmail.patterns.shared_queue.stats import QueueStats
 from gradientmail.patterns.shared_queue.takeover import Hooks, Next, Takeover
 from gradientmail.patterns.shared_queue.unit_claims import Held, Scan, UnitClaims
@@ -54,7 +54,7 @@ class Waiting:
         claims: UnitClaims,
         lease: Lease,
         *,
-        view: View,
+        policy: ClaimPolicy,
         holdings: Holdings,
         stats: QueueStats,
         closing: threading.Event,
@@ -62,7 +62,7 @@ class Waiting:
         hold: Callable[[Held, bool], Held],
     ) -> None:
         self.claims = claims
-        self.view = view
+        self.policy = policy
         self.holdings = holdings
         self.stats = stats
         self.closing = closing
@@ -82,16 +82,14 @@ class Waiting:
         )
         hooks = Hooks(busy=self.idle.unmark, changed=self.backoff.reset, hold=hold)
         self.takeover = Takeover(
-            claims, lease, watcher, view=view, holdings=holdings, stats=stats, hooks=hooks
+            claims, lease, watcher, policy=policy, holdings=holdings, stats=stats, hooks=hooks
         )
 
     def begin(self, scan: Scan) -> None:
         """At the start: learn the members, place the walk, note an earlier self's units."""
         members = self.idle.learners()
         self.stats.listings += 1
-        view = self.view
-        view.members = sorted(members | {self.claims.learner_id})
-        view.start_at(alone=len(view.members) == 1)
+        self.policy.begin(scan.claimed, members)
         if not self.claims.cas or self.claims.incarnation <= 1:
             return  # no earlier incarnation of this learner: nothing of ours to take back
         self.idle.forget_predecessor()
@@ -123,7 +121,7 @@ class Waiting:
         backoff.floor = min(backoff.ceiling, max(floor, idle.markers / POLLS_PER_SECOND))
         if poll.changed:
             backoff.reset()
-        if poll.absent and self.view.paged and self.sweep_shares(poll.absent):
+        if poll.absent and self._woken(self.policy.sweep(poll.absent)):
             return Next.FREED  # units of an absent learner's share were free: claim them
         if poll.suspects:
             found = self.takeover.reclaim()
@@ -148,7 +146,7 @@ class Waiting:
         if not changed and now - quiet.confirmed_at < period:
             return Next.WAIT  # the last confirmation failed and nothing changed since
         if self.all_done():
-            self.idle.record_end(len(self.view.identifiers))
+            self.idle.record_end(len(self.policy.identifiers))
             return Next.END
         quiet.confirmed_at = now
         return self.takeover.reclaim()  # nobody works, yet units are open: read the claims
@@ -172,15 +170,7 @@ class Waiting:
 
     def look(self) -> bool:
         """While resting, one more page of claims; whether it showed a run to share."""
-        layout = self.claims.layout
-        return self._woken(self.stats.searched(self.view.look(self.claims.mailbox, layout.units)))
-
-    def sweep_shares(self, members: list[str]) -> bool:
-        """Sweep the shares of ``members`` (they left); whether a unit there was free."""
-        view = self.view
-        stretches = sorted({stretch for member in members for stretch in view.share(member)})
-        searched = view.sweep(self.claims.mailbox, self.claims.layout.units, stretches)
-        return self._woken(self.stats.searched(searched))
+        return self._woken(self.policy.look())
 
     def _woken(self, position: int | None) -> bool:
         """Whether a search while waiting found a unit; if so this learner is busy again."""
@@ -193,7 +183,7 @@ class Waiting:
         """One listing of the completions: whether every unit of the epoch is done."""
         prefix = self.claims.layout.done
         cut = len(prefix)
-        position = self.view.position
+        position = self.policy.position
         listed = done = 0
         for key in self.claims.mailbox.list(prefix):
             listed += 1

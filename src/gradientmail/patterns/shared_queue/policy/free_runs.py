@@ -2,23 +2,40 @@
 
 A :class:`FreeRuns` marks units taken, never free again (with compare-and-swap a claim is
 never deleted, so "taken" is never wrong), finds the runs of units still believed free in
-time proportional to the runs rather than the units, and reads pages of claims from a
-mailbox that starts listings after a key. Where to claim next is
-:mod:`gradientmail.patterns.shared_queue.policy.view`'s business.
+time proportional to the runs rather than the units, and marks the claims of a page that
+a :class:`PageReader` lists. Where to claim next is
+:mod:`gradientmail.patterns.shared_queue.policy.claim_policy`'s business.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
-from gradientmail.mailbox import SupportsListStartAfter
-
-__all__ = ["PAGE", "FreeRuns"]
+__all__ = ["PAGE", "FreeRuns", "PageReader"]
 
 #: Keys read by one partial listing: one page of S3, GCS and Azure.
 PAGE = 1000
+
+
+class PageReader(Protocol):
+    """Reads the claims the policy asks for; the policy's only way to see the store.
+
+    Attributes:
+        partial: whether :meth:`page` lists from a key in one request (the store declares
+            partial listings); without, a policy never reads pages.
+    """
+
+    partial: bool
+
+    def page(self, after: str | None, limit: int) -> list[str]:
+        """Up to ``limit`` claimed unit identifiers after ``after`` (``None``: from the
+        first), in sorted order: one listing request."""
+
+    def everything(self) -> list[str]:
+        """Every claimed unit identifier: a full listing of the claims."""
 
 
 class FreeRuns:
@@ -27,10 +44,18 @@ class FreeRuns:
     Args:
         identifiers: the preference order.
         seed: seeds :attr:`rng`, which draws among runs (see :meth:`pick_run`).
+        weight: how much :meth:`pick_run` favours a run of a given length (default: the
+            square of the length).
     """
 
-    def __init__(self, identifiers: list[str], seed: bytes) -> None:
+    def __init__(
+        self,
+        identifiers: list[str],
+        seed: bytes,
+        weight: Callable[[int], int] | None = None,
+    ) -> None:
         self.identifiers = identifiers
+        self.weight: Callable[[int], int] = weight or _square
         #: Pages in one listing of the order.
         self.pages = -(-len(identifiers) // PAGE)
         self.position = dict(zip(identifiers, range(len(identifiers)), strict=True))
@@ -83,10 +108,8 @@ class FreeRuns:
         free runs instead of all choosing the largest one, and still favour the long runs:
         a jump into a run costs about one lost claim whatever its length (the learner
         walking the run meets the jumper's first unit) and takes about half of the run, so a
-        long run gives more work per lost claim, and fewer jumps follow. At 1024 learners x
-        100k units a model of the claim loop (``benchmarks/claim_model.py``) lost 2.12 % of
-        creates drawing by the square, 2.36 % in proportion to the length alone, and 2.25 %
-        by the cube (jumpers bunch on the same runs).
+        long run gives more work per lost claim, and fewer jumps follow (the cube bunches
+        jumpers on the same runs; ``docs/shared-queue.md`` has the figures).
 
         With ``within=(first, last)``, only the parts of runs between those positions count;
         runs shorter than ``shortest`` do not.
@@ -104,10 +127,6 @@ class FreeRuns:
             point -= weight
         return runs[-1]  # pragma: no cover - the draw is below the total
 
-    def weight(self, length: int) -> int:
-        """How much :meth:`pick_run` favours a run of ``length`` units: the square."""
-        return length * length
-
     def run_after(self, last: int, shortest: int = 1) -> tuple[int, int] | None:
         """The first run believed free after position ``last``, wrapping to the front.
 
@@ -118,26 +137,21 @@ class FreeRuns:
         )
         return next((run for run in around if run[1] >= shortest), None)
 
-    def list_page(
-        self, mailbox: SupportsListStartAfter, prefix: str, start: int
-    ) -> tuple[int, int]:
-        """Mark the claims on one page listed from ``start``.
-
-        Returns:
-            ``(last, listed)``: the last position the page covers and the keys it held.
-        """
-        after = prefix + self.identifiers[start - 1] if start > 0 else None
-        page = list(itertools.islice(mailbox.list(prefix, start_after=after), PAGE))
-        cut = len(prefix)
+    def list_page(self, reader: PageReader, start: int) -> int:
+        """Mark the claims on one page that ``reader`` lists from position ``start``; the
+        last position the page covers."""
+        page = reader.page(self.identifiers[start - 1] if start > 0 else None, PAGE)
         taken = self.taken
-        positions = [
-            p for p in map(self.position.get, [key[cut:] for key in page]) if p is not None
-        ]
-        for p in positions:
-            taken[p] = 1
+        for p in map(self.position.get, page):
+            if p is not None:
+                taken[p] = 1
         if len(page) < PAGE:
-            return len(self.identifiers) - 1, len(page)  # the listing reached the end
+            return len(self.identifiers) - 1  # the listing reached the end
         # A full page: it covers up to its last key (a key outside the order covers
         # nothing past the start).
-        last = self.position.get(page[-1][cut:])
-        return (last if last is not None else start), len(page)
+        last = self.position.get(page[-1])
+        return last if last is not None else start
+
+
+def _square(length: int) -> int:
+    return length * length
