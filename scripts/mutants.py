@@ -264,7 +264,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/policy/claim_policy.py",
         (
             (
-                "            walk.stops = {self.start_of(m) for m in self._members} - {walk.next}\n",
+                "            walk.stops = {self.start_of(m) for m in self._members}"
+                " - {walk.next}\n",
                 "            walk.stops = set()\n",
             ),
         ),
@@ -299,13 +300,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "and never refreshes what it believes with a listing",
     ),
     Mutant(
+        "in-order-settled-before-written",
+        "patterns/in_order.py",
+        (
+            (
+                "                entry = self._pending[0]\n",
+                "                entry = self._pending.popleft()\n",
+            ),
+            ("                    self._pending.popleft()\n", "                    pass\n"),
+        ),
+        ("tests/patterns/test_in_order.py",),
+        "an entry stops counting as pending when its write starts, so flush() (a pipeline "
+        "consumer's next(), a queue's close) returns before the record has landed",
+    ),
+    Mutant(
         "holdings-forget-before-recorded",
         "patterns/shared_queue/recorder.py",
         (
             (
-                "            recorded = self._record(held)\n",
-                "            self._holdings.remove(held.identifier)\n"
-                "            recorded = self._record(held)\n",
+                "        recorded = self._record(held)\n",
+                "        self._holdings.remove(held.identifier)\n"
+                "        recorded = self._record(held)\n",
             ),
         ),
         ("tests/patterns/test_waiting.py",),

@@ -401,6 +401,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "parse_claim",
         "read_claim",
         "read_record",
+        "read_versioned",
     ],
     "gradientmail.patterns.common": [
         "CarriedError",
@@ -423,6 +424,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "new_write_id",
     ],
     "gradientmail.backends.local_errors": ["foreign", "mapped", "removed"],
+    "gradientmail.patterns.in_order": ["InOrderRecorder"],
     "gradientmail.patterns.hash_ring": ["Ring", "point", "rank", "seed_of"],
     "gradientmail.patterns.shared_queue.idle_markers": [
         "IdleWatch",
@@ -458,7 +460,7 @@ PUBLIC_API: dict[str, list[str]] = {
     "gradientmail.patterns.pipeline.mailbox_run": ["MailboxRun", "MailboxSettings"],
     "gradientmail.patterns.pipeline.deliveries": ["DeliveryRecorder"],
     "gradientmail.patterns.pipeline.in_process": ["InProcessTransport"],
-    "gradientmail.patterns.pipeline.item_claims": ["Held", "ItemClaims"],
+    "gradientmail.patterns.pipeline.item_claims": ["HeldItem", "ItemClaims"],
     "gradientmail.patterns.pipeline.mailbox_consumer": ["MailboxConsumer"],
     "gradientmail.patterns.pipeline.mailbox_producer": ["MailboxProducer"],
     "gradientmail.patterns.pipeline.over_mailbox": ["MailboxTransport"],

@@ -40,6 +40,7 @@ __all__ = [
     "parse_claim",
     "read_claim",
     "read_record",
+    "read_versioned",
 ]
 
 #: An atomicity violation (a claim reported as won but held by another) at WARNING.
@@ -64,6 +65,18 @@ def read_record(mailbox: Mailbox, key: str) -> dict[str, Any] | None:
     """The JSON object stored at ``key``; ``None`` if the key is missing or holds no object."""
     try:
         return decode_record(mailbox.get(key))
+    except KeyNotFoundError:
+        return None
+
+
+def read_versioned(mailbox: Mailbox, key: str, cas: bool) -> tuple[bytes, Version | None] | None:
+    """The bytes at ``key`` and, where ``cas`` (the mailbox compares and swaps), their
+    version, in one request; ``None`` if the key is missing. Without ``cas`` the version is
+    ``None``: a plain read."""
+    try:
+        if cas:
+            return mailbox.get_versioned(key)
+        return mailbox.get(key), None
     except KeyNotFoundError:
         return None
 
@@ -189,13 +202,10 @@ def previous_owners(record: ClaimRecord) -> list[str]:
 
 
 def _read_versioned(mailbox: Mailbox, key: str) -> tuple[ClaimRecord, Version | None] | None:
-    try:
-        if mailbox.supports(Capability.COMPARE_AND_SWAP):
-            data, version = mailbox.get_versioned(key)
-        else:
-            data, version = mailbox.get(key), None
-    except KeyNotFoundError:
+    found = read_versioned(mailbox, key, mailbox.supports(Capability.COMPARE_AND_SWAP))
+    if found is None:
         return None
+    data, version = found
     record = parse_claim(data)
     return None if record is None else (record, version)
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from gradientmail.mailbox import Capability, Mailbox, Version
-from gradientmail.patterns.claims import decode_record, encode_record
+from gradientmail.patterns.claims import decode_record, encode_record, read_versioned
 
 __all__ = ["LIVE_STATES", "LeaseState", "LeaseWatcher"]
 
@@ -73,15 +73,10 @@ class LeaseWatcher:
         """Read ``holder``'s lease once and say whether it is dead."""
         self.reads += 1
         now = time.monotonic()
-        try:
-            if self._cas:
-                data, version = self.mailbox.get_versioned(self.prefix + holder)
-                mark: object = version.token
-            else:
-                data, version = self.mailbox.get(self.prefix + holder), None
-                mark = data
-        except LookupError:
-            data, version, mark = b"", None, None
+        found = read_versioned(self.mailbox, self.prefix + holder, self._cas)
+        data, version = found or (b"", None)
+        # What tells one write from the next: the version, or the bytes without one.
+        mark: object = None if found is None else data if version is None else version.token
         record = decode_record(data) or {} if data else {}
         seen = self._seen.get(holder)
         if seen is None or seen[0] != mark:

@@ -45,7 +45,7 @@ from gradientmail.errors import (
     OutcomeUnknownError,
 )
 from gradientmail.mailbox import Capability, Mailbox, Version
-from gradientmail.patterns.claims import decode_record, encode_record
+from gradientmail.patterns.claims import decode_record, encode_record, read_versioned
 from gradientmail.patterns.lease_watch import LIVE_STATES, LeaseState, LeaseWatcher
 from gradientmail.patterns.workers import Worker
 
@@ -345,15 +345,13 @@ class Lease:
         self.renewals += 1
 
     def _read(self) -> tuple[dict[str, Any], Version] | None:
-        try:
-            if self._cas:
-                data, version = self.mailbox.get_versioned(self.key)
-            else:
-                data = self.mailbox.get(self.key)
-                version = Version(data.hex())
-        except LookupError:
+        found = read_versioned(self.mailbox, self.key, self._cas)
+        if found is None:
             return None
-        return decode_record(data) or {}, version
+        data, version = found
+        # Without compare-and-swap the bytes stand for the version (a lease carries the
+        # time it was written, so every renewal's bytes differ).
+        return decode_record(data) or {}, version if version is not None else Version(data.hex())
 
     def _read_version(self) -> Version | None:
         current = self._read() if self._cas else None

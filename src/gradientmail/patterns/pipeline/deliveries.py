@@ -1,7 +1,8 @@
 """Recording deliveries in the background, so that ``next()`` does not wait for the store.
 
 When a mailbox consumer's ``next()`` returns an item, it hands the item's claim to a
-:class:`DeliveryRecorder`, whose thread swaps the claim to ``delivered``
+:class:`DeliveryRecorder`, whose thread (the shared
+:class:`~gradientmail.patterns.in_order.InOrderRecorder`) swaps the claim to ``delivered``
 (:meth:`~gradientmail.patterns.pipeline.item_claims.ItemClaims.deliver`, one
 ``put_if_match``) while the caller works on the item. Before returning the following item,
 ``next()`` calls :meth:`DeliveryRecorder.wait`: at most one delivery is ever unrecorded,
@@ -17,12 +18,11 @@ item over for at least a quarter of the lease, far longer than the record takes.
 
 from __future__ import annotations
 
-import threading
 import time
 
-from gradientmail.patterns.pipeline.item_claims import Held, ItemClaims
+from gradientmail.patterns.in_order import InOrderRecorder
+from gradientmail.patterns.pipeline.item_claims import HeldItem, ItemClaims
 from gradientmail.patterns.pipeline.stats import ConsumerStats
-from gradientmail.patterns.workers import Worker
 
 __all__ = ["DeliveryRecorder"]
 
@@ -36,21 +36,17 @@ class DeliveryRecorder:
     def __init__(self, claims: ItemClaims, stats: ConsumerStats, name: str) -> None:
         self._claims = claims
         self._stats = stats
-        self._changed = threading.Condition()
-        self._pending: tuple[Held, bool] | None = None
         self._error: BaseException | None = None
-        self._closing = False
-        self._worker = Worker(name, self._run).start()
+        self._thread: InOrderRecorder[tuple[HeldItem, bool]] = InOrderRecorder(name, self._deliver)
+        self._thread.start()
 
-    def record(self, held: Held, *, failed: bool = False) -> None:
+    def record(self, held: HeldItem, *, failed: bool = False) -> None:
         """Start recording that ``next()`` returned ``held``'s item (``failed``: its error).
 
         The caller has called :meth:`wait` since the previous record.
         """
-        with self._changed:
-            assert self._pending is None, "wait() for the previous record first"
-            self._pending = (held, failed)
-            self._changed.notify_all()
+        assert not self._thread.pending, "wait() for the previous record first"
+        self._thread.hand_over((held, failed))
 
     def wait(self) -> None:
         """Return once every record has landed; raise the error of one that failed.
@@ -60,41 +56,23 @@ class DeliveryRecorder:
             BackendError: the store failed.
         """
         start = time.perf_counter()
-        with self._changed:
-            while self._pending is not None:
-                self._changed.wait()
-            error, self._error = self._error, None
+        self._thread.flush()
+        error, self._error = self._error, None
         self._stats.delivery_wait_s += time.perf_counter() - start
         if error is not None:
             raise error
 
     def close(self) -> BaseException | None:
         """Let a record in flight land, stop the thread, and return its error if it failed."""
-        with self._changed:
-            while self._pending is not None:
-                self._changed.wait()
-            self._closing = True
-            self._changed.notify_all()
-            error, self._error = self._error, None
-        self._worker.stop()
+        self._thread.stop()
+        error, self._error = self._error, None
         return error
 
-    def _run(self, stop: threading.Event) -> None:
-        while True:
-            with self._changed:
-                while self._pending is None and not self._closing:
-                    self._changed.wait()
-                if self._pending is None:
-                    return
-                held, failed = self._pending
-            error: BaseException | None = None
-            start = time.perf_counter()
-            try:
-                self._claims.deliver(held, failed=failed)
-            except BaseException as exc:  # noqa: BLE001 - raised by the next wait()
-                error = exc
-            self._stats.deliver_s += time.perf_counter() - start
-            with self._changed:
-                self._pending = None
-                self._error = error
-                self._changed.notify_all()
+    def _deliver(self, entry: tuple[HeldItem, bool]) -> None:
+        held, failed = entry
+        start = time.perf_counter()
+        try:
+            self._claims.deliver(held, failed=failed)
+        except BaseException as exc:  # noqa: BLE001 - raised by the next wait()
+            self._error = exc
+        self._stats.deliver_s += time.perf_counter() - start

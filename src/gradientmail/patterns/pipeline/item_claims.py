@@ -29,9 +29,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from gradientmail.errors import KeyNotFoundError, LeaseLostError, OutcomeUnknownError
+from gradientmail.errors import LeaseLostError, OutcomeUnknownError
 from gradientmail.mailbox import Capability, Mailbox, Version
-from gradientmail.patterns.claims import claim_versioned, new_token
+from gradientmail.patterns.claims import claim_versioned, new_token, read_versioned
 from gradientmail.patterns.pipeline.records import (
     CLAIMED,
     DELIVERED,
@@ -40,14 +40,14 @@ from gradientmail.patterns.pipeline.records import (
     claim_key,
 )
 
-__all__ = ["Held", "ItemClaims"]
+__all__ = ["HeldItem", "ItemClaims"]
 
 #: Attempts at a delivery whose outcome the store could not report, before giving up.
 _DELIVERY_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
-class Held:
+class HeldItem:
     """An item this consumer holds: its claim and the version it may swap from."""
 
     producer: str
@@ -99,7 +99,7 @@ class ItemClaims:
             taken_from=taken_from,
         )
 
-    def claim(self, producer: str, seq: int) -> Held | None:
+    def claim(self, producer: str, seq: int) -> HeldItem | None:
         """Claim a new item: one ``put_if_absent`` and one read-back; ``None`` if lost."""
         key = claim_key(producer, seq)
         mine = self._new("", 0.0, None)
@@ -116,7 +116,7 @@ class ItemClaims:
             return None
         record, version = won
         self.claimed += 1
-        return Held(
+        return HeldItem(
             producer, seq, replace(mine, token=record.token, claimed_at=record.claimed_at), version
         )
 
@@ -127,19 +127,18 @@ class ItemClaims:
             PipelineError: the key holds something other than a claim.
         """
         key = claim_key(producer, seq)
-        try:
-            if self.cas:
-                data, version = self.mailbox.get_versioned(key)
-            else:
-                data, version = self.mailbox.get(key), None
-        except KeyNotFoundError:
+        found = read_versioned(self.mailbox, key, self.cas)
+        if found is None:
             return None
+        data, version = found
         return ItemClaim.from_bytes(data, key, self.mailbox.url), version
 
-    def take_over(self, producer: str, seq: int, claim: ItemClaim, version: Version) -> Held | None:
+    def take_over(
+        self, producer: str, seq: int, claim: ItemClaim, version: Version
+    ) -> HeldItem | None:
         """Swap ``claim`` (read at ``version``, owned by a dead consumer) to this consumer.
 
-        Returns the new :class:`Held`, or ``None`` when the claim changed since it was read
+        Returns the new :class:`HeldItem`, or ``None`` when the claim changed since it was read
         (its owner delivered it, or another consumer took it first).
         """
         key = claim_key(producer, seq)
@@ -154,9 +153,9 @@ class ItemClaims:
         if new is None:
             return None
         self.claimed += 1
-        return Held(producer, seq, mine, new)
+        return HeldItem(producer, seq, mine, new)
 
-    def deliver(self, held: Held, *, failed: bool = False) -> None:
+    def deliver(self, held: HeldItem, *, failed: bool = False) -> None:
         """Record that ``next()`` returned ``held``'s item (or, with ``failed``, its error).
 
         Costs one ``put_if_match`` (a plain ``put`` without compare-and-swap).
@@ -192,7 +191,7 @@ class ItemClaims:
             break
         self.delivered += 1
 
-    def _taken(self, held: Held) -> LeaseLostError:
+    def _taken(self, held: HeldItem) -> LeaseLostError:
         current = self.read(held.producer, held.seq)
         by = "another consumer" if current is None else repr(current[0].owner)
         return LeaseLostError(

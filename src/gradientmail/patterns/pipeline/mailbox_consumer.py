@@ -39,7 +39,7 @@ from gradientmail.errors import (
 )
 from gradientmail.patterns.leases import LeaseWatcher
 from gradientmail.patterns.pipeline.deliveries import DeliveryRecorder
-from gradientmail.patterns.pipeline.item_claims import Held, ItemClaims
+from gradientmail.patterns.pipeline.item_claims import HeldItem, ItemClaims
 from gradientmail.patterns.pipeline.producer_watch import Cursor, ProducerWatch
 from gradientmail.patterns.pipeline.records import (
     ABORTED_KEY,
@@ -69,7 +69,7 @@ class _Item:
 
     __slots__ = ("error", "held", "value")
 
-    def __init__(self, value: Any, held: Held, error: CarriedError | None = None) -> None:
+    def __init__(self, value: Any, held: HeldItem, error: CarriedError | None = None) -> None:
         self.value = value
         self.held = held
         self.error = error
@@ -233,7 +233,7 @@ class MailboxConsumer(Consumer[Any]):
                 )
             stop.wait(backoff.next())
 
-    def _hand_over(self, data: bytes, held: Held) -> bool:
+    def _hand_over(self, data: bytes, held: HeldItem) -> bool:
         """Decode and buffer one claimed item; ``False`` if the consumer was closed.
 
         A decode error takes the item's place in the buffer, and ends the thread.
@@ -245,7 +245,7 @@ class MailboxConsumer(Consumer[Any]):
             return False
         return self._buffer.put(_Item(value, held))
 
-    def _take_over(self, *, at_end: bool) -> tuple[bytes, Held] | None:
+    def _take_over(self, *, at_end: bool) -> tuple[bytes, HeldItem] | None:
         """Take over one item a dead consumer had claimed and not delivered, and read it."""
         held = self._undelivered.take_one(time.monotonic(), at_end=at_end)
         if held is None:
@@ -253,7 +253,7 @@ class MailboxConsumer(Consumer[Any]):
         self.stats.taken_over += 1
         return self._box.get(item_key(held.producer, held.seq)), held
 
-    def _take_one(self, stop: threading.Event) -> tuple[bytes, Held] | None:
+    def _take_one(self, stop: threading.Event) -> tuple[bytes, HeldItem] | None:
         """Claim and read the next available item from any producer, round robin."""
         count = len(self._cursors)
         for offset in range(count):
@@ -266,7 +266,7 @@ class MailboxConsumer(Consumer[Any]):
                 return None
         return None
 
-    def _take_from(self, cursor: Cursor) -> tuple[bytes, Held] | None:
+    def _take_from(self, cursor: Cursor) -> tuple[bytes, HeldItem] | None:
         box = self._box
         producer = cursor.producer
         while not cursor.exhausted():

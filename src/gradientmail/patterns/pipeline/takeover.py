@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from gradientmail.errors import PipelineError
 from gradientmail.patterns.leases import LeaseWatcher
-from gradientmail.patterns.pipeline.item_claims import Held, ItemClaims
+from gradientmail.patterns.pipeline.item_claims import HeldItem, ItemClaims
 from gradientmail.patterns.pipeline.records import ItemClaim
 
 __all__ = ["Undelivered"]
@@ -93,7 +93,7 @@ class Undelivered:
             group.items[(producer, seq)] = claim.n
         self._drop_if_empty(owner, group)
 
-    def take_one(self, now: float, *, at_end: bool) -> Held | None:
+    def take_one(self, now: float, *, at_end: bool) -> HeldItem | None:
         """Take over one undelivered claim of a dead owner, if there is one.
 
         Owners are observed at most once per renewal period. With ``at_end`` (every
@@ -136,7 +136,7 @@ class Undelivered:
             return True  # a newer incarnation of that id holds the lease: this one is fenced
         return self._watcher.declare_if_dead(observed, self._claims.owner)
 
-    def _take_from(self, owner: Owner, group: _Group) -> Held | None:
+    def _take_from(self, owner: Owner, group: _Group) -> HeldItem | None:
         if not self._claims.cas:
             raise PipelineError(
                 f"consumer {owner[0]!r} stopped with {len(group.items)} item(s) claimed and "

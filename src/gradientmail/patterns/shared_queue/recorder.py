@@ -1,22 +1,23 @@
 """Recording completions off the training thread, in the order the units finished.
 
-The consumer hands over each unit whose last item it took; a background thread records
-it (the claim's swap to ``done`` and the ``done/`` record) and only then drops it from
-the learner's :class:`~gradientmail.patterns.shared_queue.holdings.Holdings`. A failure is
+The consumer hands over each unit whose last item it took; a background thread (the
+shared :class:`~gradientmail.patterns.in_order.InOrderRecorder`) records it (the claim's
+swap to ``done`` and the ``done/`` record) and only then drops it from the learner's
+:class:`~gradientmail.patterns.shared_queue.holdings.Holdings`. A failure is
 kept as :attr:`CompletionRecorder.error`, for the consumer to raise at its next item; a
 wake-up entry in the buffer makes sure a consumer blocked on an empty buffer sees it.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from gradientmail.errors import BackendError, LeaseLostError
+from gradientmail.patterns.in_order import InOrderRecorder
 from gradientmail.patterns.shared_queue.buffer_entries import Wake
 from gradientmail.patterns.shared_queue.holdings import Holdings
 from gradientmail.patterns.shared_queue.unit_claims import Held, UnitClaims
-from gradientmail.patterns.workers import CarriedError, Worker
+from gradientmail.patterns.workers import CarriedError
 
 __all__ = ["CompletionRecorder"]
 
@@ -43,55 +44,34 @@ class CompletionRecorder:
         self._worker = worker
         self._wake = wake
         self._recorded = recorded
-        self._pending: list[Held] = []
-        self._changed = threading.Condition()
         #: The first failure: a ``WorkerError`` from the store, or ``LeaseLostError``.
         self.error: BaseException | None = None
-        self._thread = Worker(f"gradientmail-completions-{claims.learner_id}", self._run)
+        name = f"gradientmail-completions-{claims.learner_id}"
+        self._thread: InOrderRecorder[Held] = InOrderRecorder(name, self._complete)
 
     def start(self) -> None:
         self._thread.start()
 
     def hand_over(self, held: Held) -> None:
-        with self._changed:
-            self._pending.append(held)
-            self._changed.notify()
+        self._thread.hand_over(held)
 
     def flush(self) -> None:
         """Wait until every unit handed over is recorded, or failed."""
-        with self._changed:
-            while self._pending and self._thread.is_alive():
-                self._changed.wait()
+        self._thread.flush()
 
     def stop(self) -> None:
         """Record what is pending, then end the thread."""
-        self.flush()
-        # The stop event first, then the wake-up: woken before the event was set, the thread
-        # would wait again, and the join below would never return.
-        self._thread.stop(wait=False)
-        with self._changed:
-            self._changed.notify_all()
         self._thread.stop()
 
-    def _run(self, stop: threading.Event) -> None:
-        while True:
-            with self._changed:
-                while not self._pending and not stop.is_set():
-                    self._changed.wait()
-                if not self._pending:
-                    return
-                held = self._pending[0]
-            recorded = self._record(held)
-            if not recorded:
-                # Wake a consumer blocked on an empty buffer (the loader may be waiting for
-                # this very completion): it raises the error at its next item.
-                self._wake(Wake())
-            with self._changed:
-                self._pending.pop(0)
-                self._changed.notify_all()
-            if recorded:
-                self._recorded()
-                self._holdings.remove(held.identifier)
+    def _complete(self, held: Held) -> None:
+        recorded = self._record(held)
+        if not recorded:
+            # Wake a consumer blocked on an empty buffer (the loader may be waiting for this
+            # very completion): it raises the error at its next item.
+            self._wake(Wake())
+            return
+        self._recorded()
+        self._holdings.remove(held.identifier)
 
     def _record(self, held: Held) -> bool:
         try:
