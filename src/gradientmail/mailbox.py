@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 __all__ = [
     "BytesLike",
@@ -31,27 +31,6 @@ __all__ = [
 
 #: What a value may be: ``bytes``, or a ``bytearray`` or ``memoryview`` (copied on write).
 BytesLike = bytes | bytearray | memoryview
-
-# Names that lived here before the backend machinery moved to gradientmail.backends.base;
-# imports from their old place keep working.
-_MOVED = {
-    "BaseMailbox": "gradientmail.backends.base",
-    "Conflict": "gradientmail.backends.base",
-    "RetryPolicy": "gradientmail.backends.base",
-    "Stat": "gradientmail.backends.base",
-    "as_bytes": "gradientmail.backends.base",
-    "new_write_id": "gradientmail.backends.base",
-    "InvalidDataError": "gradientmail.errors",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)

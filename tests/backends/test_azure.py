@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gradientmail import InvalidKeyError, Mailbox, from_url
+from gradientmail.backends.base import BaseMailbox
 from gradientmail.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -23,7 +24,7 @@ from gradientmail.errors import (
     GradientMailError,
     KeyNotFoundError,
 )
-from gradientmail.mailbox import BaseMailbox, Capability
+from gradientmail.mailbox import Capability
 from tests.backends.test_cloud_faults import PROFILES
 from tests.support.connections import counting_connections
 from tests.support.emulators import free_port

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import pytest
 
 from gradientmail import Capability, KeyNotFoundError, Mailbox, from_url
+from gradientmail.backends.base import Conflict
 from gradientmail.backends.memory import MemoryMailbox
 from gradientmail.cli import main
 from gradientmail.conformance import (
@@ -31,11 +32,11 @@ from gradientmail.conformance import (
     run_property,
     run_suite,
 )
-from gradientmail.conformance.cli import below
 from gradientmail.conformance.properties import property_named
 from gradientmail.conformance.races import race_put_if_absent
+from gradientmail.conformance.workspace import below
 from gradientmail.errors import OutcomeUnknownError
-from gradientmail.mailbox import BytesLike, Conflict, Version
+from gradientmail.mailbox import BytesLike, Version
 from tests.support import stress
 from tests.support.rigs import Rig
 
@@ -401,7 +402,10 @@ def test_fakes_each_call_alone_behaves() -> None:
 
 
 def test_import_gradientmail_conformance_does_not_import_pytest() -> None:
-    code = "import sys, gradientmail.conformance.cli; print('pytest' in sys.modules)"
+    code = (
+        "import sys, gradientmail.conformance, gradientmail.cli.conformance; "
+        "print('pytest' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -415,8 +419,7 @@ def test_import_gradientmail_conformance_does_not_import_pytest() -> None:
 # -- the package's layout ------------------------------------------------------------------------
 
 
-def test_old_import_paths_keep_working() -> None:
-    from gradientmail.conformance.cli import below as old_below
+def test_the_properties_package_exports_each_property_and_its_context() -> None:
     from gradientmail.conformance.properties import (
         BIG,
         Context,
@@ -425,7 +428,6 @@ def test_old_import_paths_keep_working() -> None:
         check_stateful_model,
     )
 
-    assert old_below("memory://x", "s") == "memory://x/s"
     assert BIG == 6 << 20
     assert property_named("race-threads").check is check_race_threads
     assert property_named("stateful-model").check is check_stateful_model

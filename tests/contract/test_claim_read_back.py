@@ -23,9 +23,9 @@ from gradientmail import (
     OutcomeUnknownError,
     Version,
 )
+from gradientmail.backends.base import Conflict, RetryPolicy
 from gradientmail.backends.memory import MemoryMailbox
 from gradientmail.errors import TransientBackendError
-from gradientmail.mailbox import Conflict, RetryPolicy
 from gradientmail.patterns.claims import claim, claim_body, new_token, read_claim
 from gradientmail.patterns.pipeline.item_claims import ItemClaims
 from gradientmail.patterns.shared_queue import UNITS_PREFIX, shared_queue

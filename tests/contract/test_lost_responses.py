@@ -22,8 +22,8 @@ from gradientmail import (
     TransientBackendError,
     Version,
 )
+from gradientmail.backends.base import Conflict, RetryPolicy, Stat
 from gradientmail.backends.memory import MemoryMailbox
-from gradientmail.mailbox import Conflict, RetryPolicy, Stat
 
 
 def _throttled(key: str) -> TransientBackendError:

@@ -1,9 +1,7 @@
 """Every public ``__all__`` of the package, subpackages included, is pinned here.
 
 A name added to or removed from a module's ``__all__`` must be added or removed here too, on
-purpose: users import these names, and removing one breaks their code. Old import paths kept
-for users (``gradientmail.patterns.common``, ``gradientmail.race``,
-``gradientmail.conformance.cli``, the names ``gradientmail.mailbox`` forwards) are pinned too.
+purpose: users import these names, and removing one breaks their code.
 """
 
 from __future__ import annotations
@@ -159,7 +157,6 @@ PUBLIC_API: dict[str, list[str]] = {
         "run_property",
         "run_suite",
     ],
-    "gradientmail.conformance.cli": ["add_arguments", "below", "main", "run"],
     "gradientmail.conformance.context": [
         "Check",
         "Context",
@@ -403,19 +400,6 @@ PUBLIC_API: dict[str, list[str]] = {
         "read_record",
         "read_versioned",
     ],
-    "gradientmail.patterns.common": [
-        "CarriedError",
-        "ClaimRecord",
-        "HandoffBuffer",
-        "Latencies",
-        "Stats",
-        "WorkerError",
-        "claim",
-        "claim_body",
-        "new_token",
-        "parse_claim",
-        "read_claim",
-    ],
     "gradientmail.backends.primitives": [
         "Conflict",
         "RetryPolicy",
@@ -534,7 +518,6 @@ PUBLIC_API: dict[str, list[str]] = {
         "UnitClaims",
     ],
     "gradientmail.patterns.workers": ["Backoff", "CarriedError", "HandoffBuffer", "Worker"],
-    "gradientmail.race": ["add_arguments", "race", "run"],
     "gradientmail.session": ["LEARNERS_PREFIX", "Session", "active_session"],
     "gradientmail.status": [
         "RunStatus",
@@ -600,17 +583,8 @@ def test_all_lists_exactly_the_pinned_names_and_each_exists(module: str) -> None
 @pytest.mark.parametrize(
     ("old", "name"),
     [
-        ("gradientmail.mailbox", "BaseMailbox"),
-        ("gradientmail.mailbox", "Conflict"),
-        ("gradientmail.mailbox", "RetryPolicy"),
-        ("gradientmail.mailbox", "Stat"),
-        ("gradientmail.mailbox", "InvalidDataError"),
-        ("gradientmail.patterns.common", "claim"),
-        ("gradientmail.patterns.common", "WorkerError"),
         ("gradientmail.patterns.shared_queue", "shared_queue"),
         ("gradientmail.patterns.shared_queue", "validate_segment"),
-        ("gradientmail.race", "race"),
-        ("gradientmail.conformance.cli", "below"),
         ("gradientmail.session", "active_session"),
     ],
 )

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.patterns.common import WorkerError
+from gradientmail.errors import WorkerError
 from gradientmail.patterns.pipeline import Pipeline, ProducerFailedError
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.patterns.workers import Worker

@@ -19,7 +19,7 @@ from gradientmail import (
     NotSupportedError,
     from_url,
 )
-from gradientmail.patterns.common import WorkerError
+from gradientmail.errors import WorkerError
 from gradientmail.patterns.pipeline import (
     Pipeline,
     PipelineAbortedError,

@@ -24,7 +24,8 @@ from gradientmail import (
     NotSupportedError,
     TransientBackendError,
 )
-from gradientmail.patterns.common import WorkerError, read_claim
+from gradientmail.errors import WorkerError
+from gradientmail.patterns.claims import read_claim
 from gradientmail.patterns.shared_queue import UNITS_PREFIX, shared_queue
 from gradientmail.patterns.shared_queue import consumer as shared_queue_module
 from gradientmail.patterns.workers import HandoffBuffer
