@@ -46,9 +46,9 @@ class InOrderRecorder(Generic[T]):
 
     @property
     def pending(self) -> int:
-        """Entries handed over whose write has not returned yet."""
-        with self._changed:
-            return len(self._pending)
+        """Entries handed over whose write has not returned yet (a snapshot: reading a
+        deque's length is atomic, so the pipeline's per-item check takes no lock)."""
+        return len(self._pending)
 
     def hand_over(self, entry: T) -> None:
         """Queue ``entry`` for writing after every entry handed over before it."""
