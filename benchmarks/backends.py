@@ -69,7 +69,7 @@ class Target:
 
 @contextlib.contextmanager
 def _s3(kind: str, workdir: Path) -> Iterator[tuple[Callable[[str], Op], Callable[[str], Op]]]:
-    from gradientmail.backends.s3_client import new_client
+    from gradientmail.backends._s3_client import new_client
     from tests.support.emulators import s3
 
     os.environ.update(s3.AWS_TEST_ENV)

@@ -4,10 +4,10 @@
 1024 learners x 100k units that is 13 minutes a run on 2 cores, and run-to-run noise there
 (the start of 1024 threads on 2 cores moves by tens of seconds) is as large as the effect of
 a change to where learners claim. This model drives the shipped claim policy
-(:class:`gradientmail.patterns.shared_queue.policy.ClaimPolicy`: where a learner starts,
+(:class:`gradientmail.patterns.shared_queue._policy.ClaimPolicy`: where a learner starts,
 walks, jumps, sweeps, rests and looks) through the verbs the loader thread drives
 (``begin``, ``next``, ``won``, ``lost``, ``look``), with the loader's page reader
-(:class:`~gradientmail.patterns.shared_queue.claim_pages.ClaimPages`), in one thread against
+(:class:`~gradientmail.patterns.shared_queue._claim_pages.ClaimPages`), in one thread against
 one ``memory://`` mailbox, on a discrete-event clock:
 
 * each learner is a generator with its own :class:`gradientmail.testing.LatencyMailbox`
@@ -56,10 +56,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from gradientmail import from_url
-from gradientmail.patterns.shared_queue.claim_pages import ClaimPages
-from gradientmail.patterns.shared_queue.idle_markers import POLLS_PER_SECOND
-from gradientmail.patterns.shared_queue.policy import ClaimPolicy, PageReader
-from gradientmail.patterns.shared_queue.stats import QueueStats
+from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
+from gradientmail.patterns.shared_queue._idle_markers import POLLS_PER_SECOND
+from gradientmail.patterns.shared_queue._policy import ClaimPolicy, PageReader
+from gradientmail.patterns.shared_queue._stats import QueueStats
 from gradientmail.testing import S3_LIKE, LatencyMailbox, RequestCounts
 
 # As benchmarks/scale.py: seconds per item (times t0) by learner number, items per unit,

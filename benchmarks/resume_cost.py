@@ -1,7 +1,7 @@
 """Resume cost: one learner resumes a 100k-unit run that is 90 % done, through a request counter.
 
 The run is written directly through the mailbox, in the formats a real run leaves behind
-(``gradientmail.patterns.claims``, ``unit_claims``, ``progress``, ``leases``): the manifest,
+(``gradientmail.patterns._claims``, ``unit_claims``, ``progress``, ``leases``): the manifest,
 and for every unit whose index is not 9 mod 10 (90 %, interleaved, so no prefix of the
 order is all done) a claim in the ``done`` state and its ``done/{id}`` record. The 8
 learners of the first run were killed: each still holds one claimed unit that is not done,
@@ -45,11 +45,11 @@ from typing import Any
 from claim_cost import PAGE, CountingMailbox
 
 from gradientmail import Mailbox, from_url
-from gradientmail.patterns.claims import claim_body, decode_record, encode_record, new_token
-from gradientmail.patterns.leases import Lease
-from gradientmail.patterns.run_layout import LEASES_PREFIX, RunLayout, check_manifest
+from gradientmail.patterns._claims import claim_body, decode_record, encode_record, new_token
+from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout, check_manifest
 from gradientmail.patterns.shared_queue import shared_queue
-from gradientmail.patterns.shared_queue.unit_claims import CLAIMED, DONE
+from gradientmail.patterns.shared_queue._unit_claims import CLAIMED, DONE
 
 OLD_LEARNERS = 8
 RESUMER = "learner-0"

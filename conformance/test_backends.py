@@ -38,7 +38,7 @@ import pytest
 
 from gradientmail import Mailbox
 from gradientmail.conformance import MailboxConformance, SuiteOptions
-from gradientmail.conformance.properties import PROPERTIES
+from gradientmail.conformance._properties import PROPERTIES
 from tests.support import stress
 from tests.support.rigs import Rig
 
@@ -217,7 +217,7 @@ def _run(
     timing, with its indented continuation lines (a counterexample program, say).
     """
     done = subprocess.run(
-        [sys.executable, "-m", "gradientmail.cli", "conformance", url, *args],
+        [sys.executable, "-m", "gradientmail", "conformance", url, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -247,7 +247,7 @@ def test_seaweed_key_prefix_deviation_is_named(request: pytest.FixtureRequest) -
     rig: Rig = request.getfixturevalue("rig_s3_seaweed")
     done = subprocess.run(
         [
-            *(sys.executable, "-m", "gradientmail.cli", "conformance", _url(rig)),
+            *(sys.executable, "-m", "gradientmail", "conformance", _url(rig)),
             *("--only", "key-prefix-collision"),
         ],
         capture_output=True,

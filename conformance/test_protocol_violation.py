@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from gradientmail._errors import BackendError, ProtocolError
 from gradientmail.conformance import SuiteOptions, Verdict, check_store
-from gradientmail.errors import BackendError, ProtocolError
 from tests.support.rigs import Rig
 
 

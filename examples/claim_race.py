@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 from gradientmail import from_url
-from gradientmail.conformance.races import race_winners as race
+from gradientmail.conformance import race_winners as race
 
 
 def main() -> None:

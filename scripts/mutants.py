@@ -81,7 +81,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the pipeline over a mailbox ---------------------------------------------------------
     Mutant(
         "pipeline-end-ignores-count",
-        "patterns/pipeline/producer_watch.py",
+        "patterns/pipeline/_producer_watch.py",
         (
             (
                 "return self.end is not None and self.next >= self.end.count",
@@ -94,7 +94,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "pipeline-missing-item-skipped",
-        "patterns/pipeline/mailbox_consumer.py",
+        "patterns/pipeline/_mailbox_consumer.py",
         (
             (
                 """                if cursor.end is not None:
@@ -116,7 +116,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "pipeline-end-count-defaults-to-zero",
-        "patterns/pipeline/records.py",
+        "patterns/pipeline/_records.py",
         (
             (
                 '            _field(fields, "count", int),\n',
@@ -129,11 +129,11 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "pipeline-stops-when-registered-producers-end",
-        "patterns/pipeline/producer_watch.py",
+        "patterns/pipeline/_producer_watch.py",
         (
             (
                 "        return all(c.exhausted() for c in self.cursors)\n",
-                "        from gradientmail.patterns.pipeline.records import registered_key\n\n"
+                "        from gradientmail.patterns.pipeline._records import registered_key\n\n"
                 "        return all(\n"
                 "            c.exhausted()\n"
                 "            for c in self.cursors\n"
@@ -147,7 +147,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "in-process-stops-when-registered-producers-end",
-        "patterns/pipeline/in_process.py",
+        "patterns/pipeline/_in_process.py",
         (
             (
                 "                    if len(core.finished) == len(core.declared):\n"
@@ -162,7 +162,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "pipeline-error-jumps-the-queue",
-        "patterns/pipeline/mailbox_consumer.py",
+        "patterns/pipeline/_mailbox_consumer.py",
         (
             (
                 """        except (PipelineError, LeaseLostError) as exc:
@@ -181,7 +181,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "producer-fencing-skipped",
-        "patterns/pipeline/mailbox_producer.py",
+        "patterns/pipeline/_mailbox_producer.py",
         (
             (
                 """            try:
@@ -199,7 +199,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- shared_queue ------------------------------------------------------------------------
     Mutant(
         "loader-error-jumps-the-queue",
-        "patterns/shared_queue/loader.py",
+        "patterns/shared_queue/_loader.py",
         (
             (
                 "            self.buffer.put_control(Failed(CarriedError.of(exc), context))\n",
@@ -214,7 +214,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "holdings-bound-ignored",
-        "patterns/shared_queue/holdings.py",
+        "patterns/shared_queue/_holdings.py",
         (
             (
                 "            while len(self._held) > limit and not self._closed:\n",
@@ -227,7 +227,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "idle-while-holding-units",
-        "patterns/shared_queue/waiting.py",
+        "patterns/shared_queue/_waiting.py",
         (
             (
                 "        if not self.holdings.wait_at_most(0) or self.closing.is_set():\n",
@@ -240,7 +240,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "epoch-ends-without-listing-done",
-        "patterns/shared_queue/waiting.py",
+        "patterns/shared_queue/_waiting.py",
         (("        if self.all_done():\n", "        if True:\n"),),
         ("tests/patterns/test_lifecycle.py", "tests/patterns/test_idle_watch.py"),
         "with nobody busy, the leader ends the epoch without a listing of done/ showing "
@@ -248,7 +248,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "policy-win-keeps-jumping",
-        "patterns/shared_queue/policy/claim_policy.py",
+        "patterns/shared_queue/_policy/claim_policy.py",
         (
             (
                 "        self._walk.won(position)\n        self._search.losses = 0\n",
@@ -261,7 +261,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "policy-walk-ignores-member-starts",
-        "patterns/shared_queue/policy/claim_policy.py",
+        "patterns/shared_queue/_policy/claim_policy.py",
         (
             (
                 "            walk.stops = {self.start_of(m) for m in self._members}"
@@ -275,7 +275,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "policy-sweepers-collide",
-        "patterns/shared_queue/policy/claim_policy.py",
+        "patterns/shared_queue/_policy/claim_policy.py",
         (
             (
                 "                    if self._learner_id in _sweepers(ring, stretch)[1:]:\n",
@@ -288,7 +288,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "policy-blind-never-refreshes",
-        "patterns/shared_queue/policy/claim_policy.py",
+        "patterns/shared_queue/_policy/claim_policy.py",
         (
             (
                 "        if search.losses >= PROBES_BEFORE_LISTING and not self._paged:\n",
@@ -301,7 +301,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "in-order-settled-before-written",
-        "patterns/in_order.py",
+        "patterns/_in_order.py",
         (
             (
                 "                entry = self._pending[0]\n",
@@ -315,7 +315,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "holdings-forget-before-recorded",
-        "patterns/shared_queue/recorder.py",
+        "patterns/shared_queue/_recorder.py",
         (
             (
                 "        recorded = self._record(held)\n",
@@ -329,7 +329,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "handoff-buffer-one-over-capacity",
-        "patterns/workers.py",
+        "patterns/_workers.py",
         (
             (
                 """            while self._counted >= self.capacity and not self._closed:
@@ -357,7 +357,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "unit-takeover-without-cas",
-        "patterns/shared_queue/unit_claims.py",
+        "patterns/shared_queue/_unit_claims.py",
         (
             (
                 "        new = self.mailbox.put_if_match(self.layout.units + identifier, body, "
@@ -373,7 +373,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- claims ------------------------------------------------------------------------------
     Mutant(
         "claim-read-back-unchecked",
-        "patterns/claims.py",
+        "patterns/_claims.py",
         (
             (
                 "    if stored is None or stored[0].token != token:\n",
@@ -386,7 +386,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "claim-takeover-before-read-back-as-violation",
-        "patterns/claims.py",
+        "patterns/_claims.py",
         (
             (
                 "token != token and owner in previous_owners(stored[0]):\n",
@@ -399,7 +399,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "claim-ambiguous-create-as-lost",
-        "patterns/claims.py",
+        "patterns/_claims.py",
         (
             (
                 """        stored = _read_versioned(mailbox, key)
@@ -418,7 +418,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "claim-ambiguous-create-as-won",
-        "patterns/claims.py",
+        "patterns/_claims.py",
         (
             (
                 "        if stored is not None and stored[0].token == token:\n",
@@ -432,7 +432,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- leases ------------------------------------------------------------------------------
     Mutant(
         "lease-never-renews",
-        "patterns/leases.py",
+        "patterns/_leases.py",
         (
             (
                 """                try:
@@ -450,7 +450,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "lease-watcher-ignores-renewals",
-        "patterns/lease_watch.py",
+        "patterns/_lease_watch.py",
         (("        if seen is None or seen[0] != mark:\n", "        if seen is None:\n"),),
         ("tests/patterns/test_lease_liveness.py",),
         "a lease watcher measures silence from its first observation, not from the last "
@@ -459,7 +459,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- backends ----------------------------------------------------------------------------
     Mutant(
         "base-ambiguous-conflict-as-lost",
-        "backends/base.py",
+        "backends/_base.py",
         (
             (
                 """            if outcome is Conflict.LOST and not ambiguous:
@@ -566,7 +566,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "keys-allow-dot-dot",
-        "keys.py",
+        "_keys.py",
         (('        if segment in (".", ".."):\n', '        if segment == ".":\n'),),
         ("tests/contract/test_contract.py",),
         "validate_key lets a '..' segment through, so a key can name a path outside "
@@ -670,7 +670,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the mechanisms this round fixed: each mutant is the bug a test was written for --
     Mutant(
         "lease-takeover-after-periods",
-        "patterns/leases.py",
+        "patterns/_leases.py",
         (("        window = TAKEOVER_FRACTION * duration", "        window = period * 1.5"),),
         ("tests/patterns/test_incarnation_takeover.py",),
         "a restart takes its id's lease over after 1.5 renewal periods, while the paused "
@@ -678,7 +678,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "claim-foreign-record-skipped",
-        "patterns/shared_queue/unit_claims.py",
+        "patterns/shared_queue/_unit_claims.py",
         (
             (
                 "        if record is None:\n            raise ForeignRecordError(",
@@ -700,7 +700,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "manifest-refused-list-left",
-        "patterns/run_layout.py",
+        "patterns/_run_layout.py",
         (
             (
                 "    if wrote_list:\n"
@@ -714,7 +714,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "conformance-nothing-held-passes",
-        "conformance/report.py",
+        "conformance/_report.py",
         (
             (
                 "        if not self.by_outcome(Outcome.PASS):\n"
@@ -731,7 +731,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "conformance-unguarded-main-ignored",
-        "conformance/runner.py",
+        "conformance/_runner.py",
         (("    report.unguarded = unguarded_main_call()", "    report.unguarded = None"),),
         (
             "tests/conformance/test_main_guard.py::test_an_unguarded_script_is_told_the_fix_and_runs_once",
@@ -740,7 +740,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "lease-renewal-unsettled",
-        "patterns/leases.py",
+        "patterns/_leases.py",
         (
             (
                 "                new = self._settle(self.incarnation)[1]\n"
@@ -755,7 +755,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "manifest-create-unsettled",
-        "patterns/run_layout.py",
+        "patterns/_run_layout.py",
         (
             (
                 "        except OutcomeUnknownError:\n"
@@ -771,7 +771,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "manifest-values-ignored",
-        "patterns/run_layout.py",
+        "patterns/_run_layout.py",
         (
             (
                 "        if values is not None and isinstance(theirs_values, str)"

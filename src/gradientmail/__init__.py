@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging as _logging
 from importlib import metadata as _metadata
 
-from gradientmail import errors as _errors
-from gradientmail.backends.base import BaseMailbox
-from gradientmail.errors import *  # noqa: F403 - every error is public; errors.__all__ lists them
-from gradientmail.identity import learner_id
+from gradientmail import _errors
+from gradientmail._errors import *  # noqa: F403 - every error is public; _errors.__all__ lists them
+from gradientmail._identity import Identity, identify, learner_id
+from gradientmail._urls import from_url
+from gradientmail.backends._base import BaseMailbox
 from gradientmail.mailbox import (
     Capability,
     Mailbox,
@@ -26,9 +27,14 @@ from gradientmail.mailbox import (
     Version,
 )
 from gradientmail.session import Session
-from gradientmail.urls import from_url
 
 _logging.getLogger("gradientmail").addHandler(_logging.NullHandler())
+
+# The errors live in an internal module; tracebacks and reprs name them where users import
+# them from (``gradientmail.LeaseLostError``), and pickles find them there too.
+for _name in _errors.__all__:
+    getattr(_errors, _name).__module__ = __name__
+del _name
 
 try:  # one source of truth: the version the package was installed with (pyproject.toml)
     __version__ = _metadata.version("gradientmail")
@@ -38,6 +44,7 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - running from a bare
 __all__ = [  # the errors come from errors.__all__, so they are listed once
     "BaseMailbox",
     "Capability",
+    "Identity",
     "Mailbox",
     "Session",
     "SupportsCompareAndSwap",
@@ -45,6 +52,7 @@ __all__ = [  # the errors come from errors.__all__, so they are listed once
     "Version",
     "__version__",
     "from_url",
+    "identify",
     "learner_id",
     *_errors.__all__,
 ]

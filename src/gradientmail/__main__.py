@@ -2,7 +2,7 @@
 
 import sys
 
-from gradientmail.cli import main
+from gradientmail._cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gradientmail._errors import MissingDependencyError
 from gradientmail._status_record import number
-from gradientmail.errors import MissingDependencyError
 
 if TYPE_CHECKING:
     from gradientmail._status_record import RunStatus

@@ -9,7 +9,7 @@ checking and then writing.
 This module holds the contract only: the :class:`Mailbox` and
 :class:`SupportsCompareAndSwap` protocols, :class:`Version` and :class:`Capability`. The
 machinery every built-in backend shares (validation, retries, lost-response resolution) is
-:class:`gradientmail.backends.base.BaseMailbox`; how to write a backend of your own is in
+:class:`~gradientmail.backends.BaseMailbox`; how to write a backend of your own is in
 ``docs/extending.md``.
 """
 
@@ -51,7 +51,7 @@ class Version:
       leases and records do.
 
     A backend declares the second kind with ``versions_name_bytes = True``
-    (:class:`~gradientmail.backends.base.BaseMailbox`).
+    (:class:`~gradientmail.backends.BaseMailbox`).
     """
 
     token: str
@@ -81,9 +81,9 @@ class Capability(enum.Enum):
 class Mailbox(Protocol):
     """A key→bytes namespace with an atomic create-if-absent.
 
-    Keys follow :func:`gradientmail.keys.validate_key`; every method raises
-    :class:`~gradientmail.errors.InvalidKeyError` for a bad key before touching the store.
-    Store failures raise :class:`~gradientmail.errors.BackendError` subclasses.
+    Keys follow the key rules of ``docs/urls.md``; every method raises
+    :class:`~gradientmail.InvalidKeyError` for a bad key before touching the store.
+    Store failures raise :class:`~gradientmail.BackendError` subclasses.
     """
 
     @property

@@ -39,18 +39,23 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from gradientmail.backends.options import positive, redact
-from gradientmail.errors import BackendError, ConfigurationError, KeyNotFoundError, RunMismatchError
-from gradientmail.keys import validate_segment
+from gradientmail._errors import (
+    BackendError,
+    ConfigurationError,
+    KeyNotFoundError,
+    RunMismatchError,
+)
+from gradientmail._keys import validate_segment
+from gradientmail.backends._options import positive, redact
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns.claims import decode_record, encode_record
-from gradientmail.patterns.progress import (
+from gradientmail.patterns._claims import decode_record, encode_record
+from gradientmail.patterns._progress import (
     active_queues,
     active_reporter,
     pop_reporter,
     push_reporter,
 )
-from gradientmail.patterns.run_layout import LEARNERS_PREFIX
+from gradientmail.patterns._run_layout import LEARNERS_PREFIX
 
 __all__ = ["LEARNERS_PREFIX", "Session", "active_session"]
 

@@ -1,7 +1,7 @@
 """What a run's mailbox says about it: learners, units done and left, ETA.
 
 ``gradientmail status URL`` prints this; :func:`read_status` returns it. It only reads. The
-run's keys are described in :mod:`gradientmail.patterns.progress`.
+run's keys are described in ``docs/shared-queue.md``.
 
 Learners
     One row per learner that registered a progress record (``learners/{id}``, written by a
@@ -47,10 +47,10 @@ from typing import Any
 from gradientmail._status_plot import lane_of, plot_gantt
 from gradientmail._status_record import RunStatus, number
 from gradientmail._status_text import data_wait_share, format_status
-from gradientmail.backends.options import redact
+from gradientmail.backends._options import redact
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns.claims import decode_record, parse_claim, read_record
-from gradientmail.patterns.run_layout import (
+from gradientmail.patterns._claims import decode_record, parse_claim, read_record
+from gradientmail.patterns._run_layout import (
     EPOCHS_PREFIX,
     LEARNERS_PREFIX,
     LEASES_PREFIX,

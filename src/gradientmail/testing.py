@@ -44,7 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from gradientmail.errors import ConfigurationError
+from gradientmail._errors import ConfigurationError
 from gradientmail.mailbox import (
     BytesLike,
     Capability,

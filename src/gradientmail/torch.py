@@ -41,13 +41,13 @@ Guarantees
       yields nothing, like a resumed run whose epoch is complete: a ``RuntimeWarning``
       (from each worker) says so and names ``set_epoch``.
     * **No silent duplicates.** A mailbox that is not shared across processes
-      (``memory://``) is refused with :class:`~gradientmail.errors.ConfigurationError` in
+      (``memory://``) is refused with :class:`~gradientmail.ConfigurationError` in
       a DataLoader worker and in a ``torch.distributed`` job of more than one process: each
       process would get its own copy of the store and deliver every unit again.
     * **Errors name the unit and the worker.** An exception from ``load`` or the store
       ends that worker's iteration; the DataLoader raises it in the training loop as the
-      same type (:class:`~gradientmail.errors.WorkerError`,
-      :class:`~gradientmail.errors.LeaseLostError`, ...), its message naming the unit, the
+      same type (:class:`~gradientmail.WorkerError`,
+      :class:`~gradientmail.LeaseLostError`, ...), its message naming the unit, the
       learner id (``rank0-w1``) and the worker process.
     * **Progress.** Each worker reports to a :class:`~gradientmail.session.Session` under
       its learner id, which counts one step and one sample per item and publishes the
@@ -74,17 +74,17 @@ from typing import Any, TypeVar
 import torch.distributed
 from torch.utils.data import IterableDataset, get_worker_info
 
+from gradientmail._errors import ConfigurationError
 from gradientmail._exchange.learner import Exchange
 from gradientmail._exchange.rules import Average, DelayedNesterov
 from gradientmail._exchange.stats import ExchangeStats
 from gradientmail._exchange.store import load_shared
-from gradientmail.backends.options import lease_seconds, positive, redact
-from gradientmail.errors import ConfigurationError
-from gradientmail.identity import learner_id as launcher_learner_id
-from gradientmail.keys import validate_segment
+from gradientmail._identity import learner_id as launcher_learner_id
+from gradientmail._keys import validate_segment
+from gradientmail.backends._options import lease_seconds, positive, redact
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns.shared_queue import DEFAULT_LEASE, shared_queue
-from gradientmail.patterns.shared_queue.policy.preference import preference_order
+from gradientmail.patterns.shared_queue._policy.preference import preference_order
 from gradientmail.session import Session, active_session
 
 __all__ = [

@@ -15,8 +15,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gradientmail import InvalidKeyError, Mailbox, from_url
-from gradientmail.backends.base import BaseMailbox
-from gradientmail.errors import (
+from gradientmail._errors import (
     AccessDeniedError,
     BucketNotFoundError,
     ConfigurationError,
@@ -24,6 +23,7 @@ from gradientmail.errors import (
     GradientMailError,
     KeyNotFoundError,
 )
+from gradientmail.backends._base import BaseMailbox
 from gradientmail.mailbox import Capability
 from tests.backends.test_cloud_faults import PROFILES
 from tests.support.connections import counting_connections

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from gradientmail import Mailbox, OutcomeUnknownError, TransientBackendError, from_url
-from gradientmail.backends.base import RetryPolicy
+from gradientmail.backends._base import RetryPolicy
 from tests.support.emulators.azure import connection_string
 from tests.support.faultproxy import FaultProxy, Predicate, match
 from tests.support.rigs import Rig

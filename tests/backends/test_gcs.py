@@ -13,14 +13,14 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import InvalidKeyError, Mailbox, from_url
-from gradientmail.backends.base import BaseMailbox
-from gradientmail.errors import (
+from gradientmail._errors import (
     AccessDeniedError,
     BucketNotFoundError,
     ConfigurationError,
     EndpointUnreachableError,
     KeyNotFoundError,
 )
+from gradientmail.backends._base import BaseMailbox
 from gradientmail.mailbox import Capability
 from tests.backends.test_cloud_faults import PROFILES
 from tests.support.connections import counting_connections

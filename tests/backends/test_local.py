@@ -27,7 +27,9 @@ from gradientmail import (
     Version,
     from_url,
 )
-from gradientmail.backends import local, local_layout, local_staging
+from gradientmail.backends import _local_layout as local_layout
+from gradientmail.backends import _local_staging as local_staging
+from gradientmail.backends import local
 from gradientmail.backends.local import FileMailbox
 
 BIG = 8 * 1024 * 1024

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from gradientmail import from_url
+from gradientmail._errors import KeyNotFoundError
 from gradientmail.backends.local import FileMailbox
-from gradientmail.conformance.races import cas_counter
-from gradientmail.errors import KeyNotFoundError
+from gradientmail.conformance._races import cas_counter
 from tests.support.rigs import Rig
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gradientmail import BucketNotFoundError
-from gradientmail.backends.object_store import ObjectStoreMailbox
+from gradientmail.backends._object_store import ObjectStoreMailbox
 from tests.support.rigs import Rig
 
 pytestmark = pytest.mark.emulator

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradientmail import Capability, Mailbox
-from gradientmail.backends import local_layout
+from gradientmail.backends import _local_layout as local_layout
+from gradientmail.backends._object_store import ObjectStoreMailbox, start_hint
 from gradientmail.backends.local import FileMailbox
-from gradientmail.backends.object_store import ObjectStoreMailbox, start_hint
 from tests.backends.test_cloud_faults import PROFILES, FaultProfile
 from tests.support.faultproxy import FaultProxy
 

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox, from_url
-from gradientmail.backends.s3 import WRITE_ID_METADATA, S3Mailbox
-from gradientmail.conformance.races import RaceReport, cas_counter, race_put_if_absent
-from gradientmail.errors import (
+from gradientmail._errors import (
     AtomicityViolationError,
     InvalidKeyError,
 )
+from gradientmail.backends.s3 import WRITE_ID_METADATA, S3Mailbox
+from gradientmail.conformance._races import RaceReport, cas_counter, race_put_if_absent
 from gradientmail.mailbox import Capability
 from tests.support.emulators.s3 import BUCKET, moto
 from tests.support.faultproxy import FaultProxy, Predicate, match

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from gradientmail import from_url
-from gradientmail.errors import (
+from gradientmail._errors import (
     AccessDeniedError,
     BucketNotFoundError,
     ConfigurationError,

@@ -20,9 +20,10 @@ from typing import Any, ClassVar
 import pytest
 
 from gradientmail import Capability, KeyNotFoundError, Mailbox, from_url
-from gradientmail.backends.base import Conflict
+from gradientmail._cli import main
+from gradientmail._errors import OutcomeUnknownError
+from gradientmail.backends._base import Conflict
 from gradientmail.backends.memory import MemoryMailbox
-from gradientmail.cli import main
 from gradientmail.conformance import (
     PROPERTIES,
     MailboxConformance,
@@ -32,10 +33,9 @@ from gradientmail.conformance import (
     run_property,
     run_suite,
 )
-from gradientmail.conformance.properties import property_named
-from gradientmail.conformance.races import race_put_if_absent
-from gradientmail.conformance.workspace import below
-from gradientmail.errors import OutcomeUnknownError
+from gradientmail.conformance._properties import property_named
+from gradientmail.conformance._races import race_put_if_absent
+from gradientmail.conformance._workspace import below
 from gradientmail.mailbox import BytesLike, Version
 from tests.support import stress
 from tests.support.rigs import Rig
@@ -63,7 +63,7 @@ def detail(lines: list[str], name: str) -> str:
 def cli_subprocess(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """Run the real ``gradientmail conformance`` command in a fresh interpreter."""
     return subprocess.run(
-        [sys.executable, "-m", "gradientmail.cli", "conformance", *argv],
+        [sys.executable, "-m", "gradientmail", "conformance", *argv],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -403,7 +403,7 @@ def test_fakes_each_call_alone_behaves() -> None:
 
 def test_import_gradientmail_conformance_does_not_import_pytest() -> None:
     code = (
-        "import sys, gradientmail.conformance, gradientmail.cli.conformance; "
+        "import sys, gradientmail.conformance, gradientmail._cli.conformance; "
         "print('pytest' in sys.modules)"
     )
     out = subprocess.run(
@@ -420,7 +420,7 @@ def test_import_gradientmail_conformance_does_not_import_pytest() -> None:
 
 
 def test_the_properties_package_exports_each_property_and_its_context() -> None:
-    from gradientmail.conformance.properties import (
+    from gradientmail.conformance._properties import (
         BIG,
         Context,
         PropertyFailed,
@@ -432,7 +432,7 @@ def test_the_properties_package_exports_each_property_and_its_context() -> None:
     assert property_named("race-threads").check is check_race_threads
     assert property_named("stateful-model").check is check_stateful_model
     assert issubclass(PropertyFailed, AssertionError)
-    assert Context.__module__ == "gradientmail.conformance.context"
+    assert Context.__module__ == "gradientmail.conformance._context"
 
 
 def test_conformance_package_has_no_import_cycles() -> None:

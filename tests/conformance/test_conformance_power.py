@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 
 from gradientmail import from_url
-from gradientmail.cli import main
+from gradientmail._cli import main
 from gradientmail.conformance import MailboxConformance, SuiteOptions
-from gradientmail.conformance.fakes import CheckThenWriteMailbox, in_fraction
-from gradientmail.conformance.power import double_win_bound, keys_for_bound
-from gradientmail.conformance.races import race_put_if_absent
+from gradientmail.conformance._fakes import CheckThenWriteMailbox, in_fraction
+from gradientmail.conformance._power import double_win_bound, keys_for_bound
+from gradientmail.conformance._races import race_put_if_absent
 from tests.support import stress
 
 POWER = re.compile(

@@ -23,9 +23,15 @@ from typing import Any
 import pytest
 
 from gradientmail import from_url
-from gradientmail.backends.base import Conflict, RetryPolicy, Stat
+from gradientmail._cli import main
+from gradientmail._errors import (
+    BackendError,
+    BucketNotFoundError,
+    EndpointUnreachableError,
+    MissingDependencyError,
+)
+from gradientmail.backends._base import Conflict, RetryPolicy, Stat
 from gradientmail.backends.memory import MemoryMailbox
-from gradientmail.cli import main
 from gradientmail.conformance import (
     EXIT_STATUS,
     PROPERTIES,
@@ -35,15 +41,9 @@ from gradientmail.conformance import (
     check_store,
     run_property,
 )
-from gradientmail.conformance.context import Property, PropertyFailed
-from gradientmail.conformance.preflight import diagnose, preflight
-from gradientmail.conformance.properties import property_named, select_properties
-from gradientmail.errors import (
-    BackendError,
-    BucketNotFoundError,
-    EndpointUnreachableError,
-    MissingDependencyError,
-)
+from gradientmail.conformance._context import Property, PropertyFailed
+from gradientmail.conformance._preflight import diagnose, preflight
+from gradientmail.conformance._properties import property_named, select_properties
 from gradientmail.mailbox import Version
 from tests.support.connections import COUNT_FILE, COUNTING_MAIN
 
@@ -61,7 +61,7 @@ def cli(*argv: str, env: dict[str, str] | None = None, code: str | None = None) 
     command = (
         [sys.executable, "-c", code, *argv]
         if code
-        else [sys.executable, "-c", COUNTING_MAIN, "gradientmail.cli", "conformance", *argv]
+        else [sys.executable, "-c", COUNTING_MAIN, "gradientmail", "conformance", *argv]
     )
     with tempfile.TemporaryDirectory(prefix="gm-conformance-") as tmp:
         count = Path(tmp, "connections")
@@ -144,7 +144,7 @@ def test_missing_credentials_are_inconclusive(silent_port: int) -> None:
 def test_missing_conformance_extra_is_inconclusive_not_unsafe(tmp_path: Path) -> None:
     """Without hypothesis, what needs it is INCONCLUSIVE; everything else still runs."""
     code = (
-        "import sys; sys.modules['hypothesis'] = None; from gradientmail.cli import main; "
+        "import sys; sys.modules['hypothesis'] = None; from gradientmail._cli import main; "
         "sys.exit(main(['conformance', *sys.argv[1:]]))"
     )
     done, _ = cli(f"file://{tmp_path}", "--quick", code=code)
@@ -164,7 +164,7 @@ def test_missing_conformance_extra_is_inconclusive_not_unsafe(tmp_path: Path) ->
 def test_missing_store_extra_is_inconclusive_with_the_pip_line() -> None:
     code = (
         "import sys; sys.modules['boto3'] = sys.modules['botocore'] = None; "
-        "from gradientmail.cli import main; sys.exit(main(['conformance', *sys.argv[1:]]))"
+        "from gradientmail._cli import main; sys.exit(main(['conformance', *sys.argv[1:]]))"
     )
     done, _ = cli(f"s3://my-bucket/tmp?endpoint_url=http://127.0.0.1:{closed_port()}", code=code)
     lines = done.stdout.splitlines()

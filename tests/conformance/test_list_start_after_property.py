@@ -25,8 +25,8 @@ from gradientmail.conformance import (
     run_property,
     run_suite,
 )
-from gradientmail.conformance.fakes import IgnoreStartAfterMailbox
-from gradientmail.conformance.properties import LISTING_PAGE, property_named
+from gradientmail.conformance._fakes import IgnoreStartAfterMailbox
+from gradientmail.conformance._properties import LISTING_PAGE, property_named
 
 PROPERTY = property_named("list-start-after")
 

@@ -18,7 +18,7 @@ import pytest
 SUITE = """\
 from gradientmail import from_url
 from gradientmail.conformance import SuiteOptions, run_suite
-from gradientmail.conformance.properties import select_properties
+from gradientmail.conformance._properties import select_properties
 
 box = from_url("file://{root}")
 props = select_properties("precondition-honoured,race-processes")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gradientmail import from_url
-from gradientmail.cli import main
+from gradientmail._cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

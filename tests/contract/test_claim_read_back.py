@@ -1,6 +1,6 @@
 """A claim is decided by reading it back: a lost response or a lying store never misleads it.
 
-:func:`gradientmail.patterns.claims.claim` creates the claim with ``put_if_absent`` and reads
+:func:`gradientmail.patterns._claims.claim` creates the claim with ``put_if_absent`` and reads
 it back. The read-back decides two cases the create alone cannot:
 
 * the create's response was lost (``OutcomeUnknownError``): our token stored means won,
@@ -23,11 +23,11 @@ from gradientmail import (
     OutcomeUnknownError,
     Version,
 )
-from gradientmail.backends.base import Conflict, RetryPolicy
+from gradientmail._errors import TransientBackendError
+from gradientmail.backends._base import Conflict, RetryPolicy
 from gradientmail.backends.memory import MemoryMailbox
-from gradientmail.errors import TransientBackendError
-from gradientmail.patterns.claims import claim, claim_body, new_token, read_claim
-from gradientmail.patterns.pipeline.item_claims import ItemClaims
+from gradientmail.patterns._claims import claim, claim_body, new_token, read_claim
+from gradientmail.patterns.pipeline._item_claims import ItemClaims
 from gradientmail.patterns.shared_queue import UNITS_PREFIX, shared_queue
 from tests.support.delegating import Delegating
 

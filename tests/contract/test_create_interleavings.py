@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.backends import local_layout
+from gradientmail.backends import _local_layout as local_layout
 from gradientmail.backends.memory import MemoryMailbox
 from tests.support.rigs import Rig
 

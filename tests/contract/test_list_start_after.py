@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import Capability, InvalidKeyError, Mailbox
-from gradientmail.backends.base import BaseMailbox
+from gradientmail.backends._base import BaseMailbox
 from gradientmail.conformance import Outcome, SuiteOptions, run_property
-from gradientmail.conformance.properties import property_named
+from gradientmail.conformance._properties import property_named
 from tests.support.rigs import Rig
 
 #: Backends whose store starts a listing after a given name (the rest filter).

@@ -22,7 +22,7 @@ from gradientmail import (
     TransientBackendError,
     Version,
 )
-from gradientmail.backends.base import Conflict, RetryPolicy, Stat
+from gradientmail.backends._base import Conflict, RetryPolicy, Stat
 from gradientmail.backends.memory import MemoryMailbox
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from gradientmail.conformance.races import Mode, cas_counter, race_put_if_absent
+from gradientmail.conformance._races import Mode, cas_counter, race_put_if_absent
 from tests.support.rigs import Rig
 
 
 def _assert_single_winner(report: object) -> None:
-    from gradientmail.conformance.races import RaceReport
+    from gradientmail.conformance._races import RaceReport
 
     assert isinstance(report, RaceReport)
     assert report.errors == {}
@@ -67,7 +67,7 @@ def test_cas_counter_ends_at_n_times_k(
 
 def test_race_report_detects_double_winners() -> None:
     """The race checks themselves must be able to fail (see also the conformance fakes)."""
-    from gradientmail.conformance.races import RaceReport, payload_for
+    from gradientmail.conformance._races import RaceReport, payload_for
 
     report = RaceReport(["p/k0", "p/k1"], ["racer-0", "racer-1"])
     report.winners = {"p/k0": ["racer-0", "racer-1"], "p/k1": ["racer-1"]}

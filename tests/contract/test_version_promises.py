@@ -18,18 +18,18 @@ from typing import Any, ClassVar
 
 import pytest
 
-from gradientmail.backends.base import Conflict, Stat
+from gradientmail._errors import LeaseLostError
+from gradientmail.backends._base import Conflict, Stat
 from gradientmail.backends.memory import MemoryMailbox
 from gradientmail.conformance import SuiteOptions
-from gradientmail.conformance.properties import select_properties
-from gradientmail.conformance.report import Outcome, SuiteReport
-from gradientmail.conformance.runner import run_suite
-from gradientmail.errors import LeaseLostError
+from gradientmail.conformance._properties import select_properties
+from gradientmail.conformance._report import Outcome, SuiteReport
+from gradientmail.conformance._runner import run_suite
 from gradientmail.mailbox import Mailbox, Version
-from gradientmail.patterns.leases import Lease, LeaseWatcher
-from gradientmail.patterns.pipeline.item_claims import ItemClaims
-from gradientmail.patterns.run_layout import RunLayout
-from gradientmail.patterns.shared_queue.unit_claims import UnitClaims
+from gradientmail.patterns._leases import Lease, LeaseWatcher
+from gradientmail.patterns._run_layout import RunLayout
+from gradientmail.patterns.pipeline._item_claims import ItemClaims
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 from tests.support.rigs import Rig
 
 _names = itertools.count()

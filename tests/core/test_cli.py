@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import gradientmail
-from gradientmail.backends.base import RetryPolicy
-from gradientmail.cli import SUBCOMMANDS, main, plain
+from gradientmail._cli import SUBCOMMANDS, main, plain
+from gradientmail.backends._base import RetryPolicy
 from gradientmail.session import Session
 from tests.support.connections import COUNT_FILE, COUNTING_MAIN
 from tests.support.emulators import free_port
@@ -69,7 +69,7 @@ def test_help_is_plain_text(command: str, capsys: pytest.CaptureFixture[str]) ->
 def test_plain_strips_literals_and_cross_references() -> None:
     text = (
         "The ``gradientmail`` command (:mod:`gradientmail.status`, :class:`~a.b.Lease`, "
-        ":func:`the race <gradientmail.conformance.races.race_winners>`, :py:meth:`~Box.get`)"
+        ":func:`the race <gradientmail.conformance._races.race_winners>`, :py:meth:`~Box.get`)"
     )
     assert plain(text) == "The gradientmail command (gradientmail.status, Lease, the race, get)"
 

@@ -37,10 +37,10 @@ from gradientmail import (
     Version,
     from_url,
 )
-from gradientmail import urls as urls_module
-from gradientmail.backends import local_layout
+from gradientmail import _urls as urls_module
+from gradientmail.backends import _local_layout as local_layout
+from gradientmail.backends._options import file_url, split_url
 from gradientmail.backends.local import FileMailbox
-from gradientmail.backends.options import file_url, split_url
 
 FUZZ = settings(
     deadline=None,

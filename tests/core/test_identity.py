@@ -10,8 +10,8 @@ import pytest
 
 import gradientmail
 from gradientmail import ConfigurationError
-from gradientmail.identity import identify, learner_id
-from gradientmail.keys import validate_segment
+from gradientmail._identity import identify, learner_id
+from gradientmail._keys import validate_segment
 
 
 def test_torchrun_gives_the_global_rank_and_reads_the_rest() -> None:

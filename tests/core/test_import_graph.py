@@ -123,11 +123,11 @@ def test_no_pattern_imports_another() -> None:
 
 def test_the_claim_policy_imports_neither_the_mailbox_nor_leases() -> None:
     """The policy decides; it sees the store only through the page reader it is handed."""
-    policy = "gradientmail.patterns.shared_queue.policy"
+    policy = "gradientmail.patterns.shared_queue._policy"
     found = _imports_of(policy)
     assert len(found) >= 4, "the walk found the policy's modules"
-    store = ("gradientmail.mailbox", "gradientmail.backends", "gradientmail.urls")
-    leases = ("gradientmail.patterns.leases", "gradientmail.patterns.lease_watch")
+    store = ("gradientmail.mailbox", "gradientmail.backends", "gradientmail._urls")
+    leases = ("gradientmail.patterns._leases", "gradientmail.patterns._lease_watch")
     queue = "gradientmail.patterns.shared_queue"
     for module, targets in found.items():
         banned = {t for t in targets if any(_inside(t, room) for room in store + leases)}

@@ -23,11 +23,11 @@ from gradientmail import (
     TransientBackendError,
     from_url,
 )
-from gradientmail.patterns.claims import claim, claim_body, encode_record
-from gradientmail.patterns.leases import Lease
-from gradientmail.patterns.run_layout import RunLayout
+from gradientmail.patterns._claims import claim, claim_body, encode_record
+from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._run_layout import RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
-from gradientmail.patterns.shared_queue.unit_claims import UnitClaims
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 from tests.support.rigs import Rig
 
 SECRET = "U0VDUkVULUtFWS1ORVZFUi1MT0dHRUQ="  # base64, as an Azure account key is

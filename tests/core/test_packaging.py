@@ -170,17 +170,17 @@ def test_wheel_carries_the_package_and_nothing_else(dist: Dist) -> None:
     # Every module of the source tree, the conformance suite and its fakes among them.
     source = {f"gradientmail/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*.py")}
     assert set(package) - {"gradientmail/py.typed"} == source
-    assert {"gradientmail/conformance/fakes.py", "gradientmail/conformance/testing.py"} <= source
+    assert {"gradientmail/conformance/_fakes.py", "gradientmail/conformance/_testing.py"} <= source
     text = entry_points.decode()
-    assert "gradientmail = gradientmail.cli:main" in text
-    assert "ignore-preconditions = gradientmail.conformance.fakes:" in text
+    assert "gradientmail = gradientmail._cli:main" in text
+    assert "ignore-preconditions = gradientmail.conformance._fakes:" in text
 
 
 def test_sdist_carries_the_sources_and_no_tests(dist: Dist) -> None:
     with tarfile.open(dist.sdist) as archive:
         names = {n.split("/", 1)[1] for n in archive.getnames() if "/" in n}
     assert {"pyproject.toml", "README.md", "src/gradientmail/py.typed"} <= names
-    assert "src/gradientmail/conformance/fakes.py" in names
+    assert "src/gradientmail/conformance/_fakes.py" in names
     assert not [n for n in names if n.split("/")[0] in {"tests", "benchmarks", "examples"}]
 
 
@@ -216,7 +216,7 @@ def test_a_file_race_runs_with_the_wheel_alone(fresh_venv: Path, tmp_path: Path)
 
 
 def test_the_shipped_fakes_load_and_are_caught(fresh_venv: Path, tmp_path: Path) -> None:
-    # ignore-preconditions:// comes from the wheel's entry points and conformance/fakes.py; a
+    # ignore-preconditions:// comes from the wheel's entry points and conformance/_fakes.py; a
     # race on it must find keys with more than one winner and exit 2.
     url = "ignore-preconditions://packaging"
     result = in_venv(fresh_venv, "gradientmail", "race", url, "--keys", "20", cwd=tmp_path)

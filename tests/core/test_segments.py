@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradientmail.errors import InvalidKeyError
-from gradientmail.keys import validate_key, validate_segment, validate_segments
+from gradientmail._errors import InvalidKeyError
+from gradientmail._keys import validate_key, validate_segment, validate_segments
 
 PLAIN = st.text(alphabet="abcXYZ019_.,:;=@+~-/\\ \t\x00é", min_size=0, max_size=12)
 # Near-plain identifiers for the batch check: its fast path joins them with newlines.

@@ -21,7 +21,7 @@ from gradientmail import (
     MissingDependencyError,
     from_url,
 )
-from gradientmail import urls as urls_module
+from gradientmail import _urls as urls_module
 from gradientmail.backends.memory import MemoryMailbox
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.errors import OutcomeUnknownError
-from gradientmail.patterns.leases import Lease
+from gradientmail._errors import OutcomeUnknownError
+from gradientmail.patterns._leases import Lease
 from gradientmail.patterns.shared_queue import shared_queue
 from tests.support.delegating import Delegating
 

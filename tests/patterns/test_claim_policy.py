@@ -14,19 +14,19 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import Capability, Mailbox, from_url
-from gradientmail.patterns.claims import encode_record
-from gradientmail.patterns.leases import LeaseWatcher
-from gradientmail.patterns.run_layout import LEASES_PREFIX, RunLayout
-from gradientmail.patterns.shared_queue.claim_pages import ClaimPages, lists_from_a_key
-from gradientmail.patterns.shared_queue.idle_markers import IdleWatch
-from gradientmail.patterns.shared_queue.policy import PAGE, ClaimPolicy
-from gradientmail.patterns.shared_queue.policy.claim_policy import (
+from gradientmail.patterns._claims import encode_record
+from gradientmail.patterns._leases import LeaseWatcher
+from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
+from gradientmail.patterns.shared_queue._claim_pages import ClaimPages, lists_from_a_key
+from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
+from gradientmail.patterns.shared_queue._policy import PAGE, ClaimPolicy
+from gradientmail.patterns.shared_queue._policy.claim_policy import (
     DRY_PAGES,
     PROBES_BEFORE_LISTING,
     SHORT_RUN,
     SWEEPERS,
 )
-from gradientmail.patterns.shared_queue.stats import QueueStats
+from gradientmail.patterns.shared_queue._stats import QueueStats
 from gradientmail.testing import NO_LATENCY, LatencyMailbox
 from tests.support.delegating import Delegating
 

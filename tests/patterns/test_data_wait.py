@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox, from_url
-from gradientmail.cli import main
-from gradientmail.patterns.shared_queue import consumer as shared_queue_module
+from gradientmail._cli import main
+from gradientmail.patterns.shared_queue import _consumer as shared_queue_module
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.session import Session
 from gradientmail.status import RunStatus, data_wait_share, format_status, read_status

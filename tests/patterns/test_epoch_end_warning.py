@@ -27,7 +27,7 @@ def test_ending_beside_held_units_names_their_holder(
     with shared_queue(UNITS, mailbox=box, learner_id="a", load=lambda u: [u], prefetch=1) as a:
         first = next(a)  # "a" holds at least the unit of this item, unfinished
         with (
-            caplog.at_level(logging.WARNING, logger="gradientmail.patterns.shared_queue.waiting"),
+            caplog.at_level(logging.WARNING, logger="gradientmail.patterns.shared_queue._waiting"),
             shared_queue(
                 UNITS, mailbox=box, learner_id="b", load=lambda u: [u], wait_for_others=False
             ) as b,
@@ -44,7 +44,7 @@ def test_ending_when_every_unit_is_done_is_quiet(
     box: Mailbox, caplog: pytest.LogCaptureFixture
 ) -> None:
     with (
-        caplog.at_level(logging.WARNING, logger="gradientmail.patterns.shared_queue.waiting"),
+        caplog.at_level(logging.WARNING, logger="gradientmail.patterns.shared_queue._waiting"),
         shared_queue(
             UNITS, mailbox=box, learner_id="b", load=lambda u: [u], wait_for_others=False
         ) as b,

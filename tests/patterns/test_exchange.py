@@ -407,7 +407,7 @@ def test_outer_rules_converge_with_stale_deltas_at_a_speed_ratio_of_eight(rule: 
 def test_status_shows_the_shared_model_version_and_each_learners_exchanges(
     rig_file: Rig, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gradientmail.cli import main
+    from gradientmail._cli import main
 
     box = rig_file.fresh()
     exact_steps(box, "a", steps=6, size=1, every=2, lockstep=True)

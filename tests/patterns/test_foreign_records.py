@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.errors import ForeignRecordError, WorkerError
+from gradientmail._errors import ForeignRecordError, WorkerError
 from gradientmail.patterns.shared_queue import shared_queue
 
 UNITS = {f"{i:04d}": i for i in range(10)}

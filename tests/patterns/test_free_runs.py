@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 
 from gradientmail import from_url
-from gradientmail.patterns.shared_queue.claim_pages import ClaimPages
-from gradientmail.patterns.shared_queue.policy.free_runs import PAGE, FreeRuns
-from gradientmail.patterns.shared_queue.stats import QueueStats
+from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
+from gradientmail.patterns.shared_queue._policy.free_runs import PAGE, FreeRuns
+from gradientmail.patterns.shared_queue._stats import QueueStats
 
 
 def ids(n: int) -> list[str]:

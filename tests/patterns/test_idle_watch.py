@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox, from_url
-from gradientmail.patterns.claims import decode_record, encode_record
-from gradientmail.patterns.leases import LeaseWatcher
-from gradientmail.patterns.run_layout import LEASES_PREFIX, RunLayout
+from gradientmail.patterns._claims import decode_record, encode_record
+from gradientmail.patterns._leases import LeaseWatcher
+from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
-from gradientmail.patterns.shared_queue.idle_markers import WATCHERS, IdleWatch
+from gradientmail.patterns.shared_queue._idle_markers import WATCHERS, IdleWatch
 from tests.support.delegating import Delegating
 from tests.support.rigs import Rig
 

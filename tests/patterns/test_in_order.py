@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from gradientmail.patterns.in_order import InOrderRecorder
+from gradientmail.patterns._in_order import InOrderRecorder
 
 
 def test_every_entry_is_written_once_in_hand_over_order_by_flush_time() -> None:

@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from gradientmail import LeaseLostError, Mailbox
-from gradientmail.patterns.leases import TAKEOVER_FRACTION, Lease
+from gradientmail.patterns._leases import TAKEOVER_FRACTION, Lease
 
 #: (duration, period): a shared_queue learner's (period = duration / 3), and a pipeline
 #: consumer's shipped ratio (heartbeat 1 s for a 15 s lease), scaled to a 1.5 s lease.
@@ -47,7 +47,7 @@ def test_the_wait_is_logged_at_info_with_its_length(
     box: Mailbox, caplog: pytest.LogCaptureFixture
 ) -> None:
     Lease(box, "leases/n", "n", duration=0.6).acquire()
-    with caplog.at_level(logging.INFO, logger="gradientmail.patterns.leases"):
+    with caplog.at_level(logging.INFO, logger="gradientmail.patterns._leases"):
         Lease(box, "leases/n", "n", duration=0.6).acquire()
     (line,) = [r.getMessage() for r in caplog.records if "waits up to" in r.getMessage()]
     assert f"waits up to {TAKEOVER_FRACTION * 0.6:.1f} s for its earlier incarnation" in line

@@ -1,6 +1,6 @@
 """Leases: a live holder renews on its own and is never declared dead; a silent one is.
 
-Every pattern whose workers can die rests on :mod:`gradientmail.patterns.leases`: a holder's
+Every pattern whose workers can die rests on :mod:`gradientmail.patterns._leases`: a holder's
 background thread rewrites its record, an observer declares it dead only after seeing the
 record unchanged for the lease duration, and a holder declared dead stops acting. Here a
 holder is idle (it never calls ``ensure_fresh``), so only its background renewals keep it
@@ -17,10 +17,10 @@ from collections.abc import Callable
 import pytest
 
 from gradientmail import Capability, LeaseLostError, Mailbox
-from gradientmail.patterns.claims import decode_record
-from gradientmail.patterns.leases import Lease, LeaseWatcher
+from gradientmail.patterns._claims import decode_record
+from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns.pipeline import Pipeline, PipelineAbortedError
-from gradientmail.patterns.pipeline.records import PRODUCER_LEASES
+from gradientmail.patterns.pipeline._records import PRODUCER_LEASES
 from tests.support.pipeline_workers import FAST, payload
 
 pytestmark = pytest.mark.timeout(60)

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from gradientmail import ConfigurationError, LeaseLostError, Mailbox, Session
-from gradientmail.cli import main
-from gradientmail.patterns.claims import parse_claim
+from gradientmail._cli import main
+from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.status import plot_gantt, read_status
 from tests.support import stress

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.errors import WorkerError
+from gradientmail._errors import WorkerError
+from gradientmail.patterns._workers import Worker
 from gradientmail.patterns.pipeline import Pipeline, ProducerFailedError
 from gradientmail.patterns.shared_queue import shared_queue
-from gradientmail.patterns.workers import Worker
 from tests.support.pipeline_workers import FAST, JOIN, Boom, payload
 
 pytestmark = pytest.mark.timeout(120)

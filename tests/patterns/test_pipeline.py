@@ -496,7 +496,7 @@ def test_the_default_consumer_id_is_valid_and_unique_per_handle() -> None:
 
 
 def test_every_public_name_is_importable_from_the_package() -> None:
-    import gradientmail.errors as errors
+    import gradientmail._errors as errors
     import gradientmail.patterns.pipeline as pipeline
 
     # The names users import from here (a guard: dropping one breaks their code).

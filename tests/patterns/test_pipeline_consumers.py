@@ -25,7 +25,7 @@ from gradientmail import ConfigurationError, Mailbox, from_url
 from gradientmail.backends.memory import MemoryMailbox
 from gradientmail.mailbox import Capability
 from gradientmail.patterns.pipeline import Pipeline, PipelineError
-from gradientmail.patterns.pipeline.records import ItemClaim, claim_key
+from gradientmail.patterns.pipeline._records import ItemClaim, claim_key
 from tests.support.pipeline_workers import (
     FAST,
     JOIN,

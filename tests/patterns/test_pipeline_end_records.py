@@ -17,7 +17,7 @@ import pytest
 
 from gradientmail import KeyNotFoundError, Mailbox
 from gradientmail.patterns.pipeline import Pipeline, PipelineError, PipelineStalledError
-from gradientmail.patterns.pipeline.records import end_key, item_key
+from gradientmail.patterns.pipeline._records import end_key, item_key
 from tests.support.delegating import Delegating
 from tests.support.pipeline_workers import FAST, JOIN, payload
 from tests.support.rigs import Rig

@@ -19,7 +19,7 @@ from gradientmail import (
     NotSupportedError,
     from_url,
 )
-from gradientmail.errors import WorkerError
+from gradientmail._errors import WorkerError
 from gradientmail.patterns.pipeline import (
     Pipeline,
     PipelineAbortedError,
@@ -27,7 +27,7 @@ from gradientmail.patterns.pipeline import (
     ProducerFailedError,
     ProducerRegistrationError,
 )
-from gradientmail.patterns.pipeline.records import ItemClaim, claim_key, item_key
+from gradientmail.patterns.pipeline._records import ItemClaim, claim_key, item_key
 from tests.support.pipeline_workers import (
     FAST,
     JOIN,

@@ -16,7 +16,7 @@ import pytest
 
 from gradientmail import from_url
 from gradientmail.patterns.pipeline import ProducerFailedError, ProducerLostError
-from gradientmail.patterns.pipeline.records import End, end_key
+from gradientmail.patterns.pipeline._records import End, end_key
 from tests.support.pausing import pause_outside_locks
 from tests.support.pipeline_workers import (
     FAST,

@@ -14,8 +14,9 @@ import pytest
 
 from gradientmail import ConfigurationError
 from gradientmail.backends.memory import MemoryMailbox
+from gradientmail.patterns._workers import CarriedError
 from gradientmail.patterns.pipeline import Pipeline, PipelineError, ProducerFailedError
-from gradientmail.patterns.pipeline.records import (
+from gradientmail.patterns.pipeline._records import (
     Aborted,
     End,
     ItemClaim,
@@ -25,7 +26,6 @@ from gradientmail.patterns.pipeline.records import (
     claim_key,
     end_key,
 )
-from gradientmail.patterns.workers import CarriedError
 from tests.support.pipeline_workers import drain, open_pipe, payload
 from tests.support.rigs import Rig
 

@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.patterns.pipeline import Pipeline, mailbox_consumer
-from gradientmail.patterns.shared_queue import consumer as shared_queue_module
+from gradientmail.patterns._workers import HandoffBuffer
+from gradientmail.patterns.pipeline import Pipeline
+from gradientmail.patterns.pipeline import _mailbox_consumer as mailbox_consumer
+from gradientmail.patterns.shared_queue import _consumer as shared_queue_module
 from gradientmail.patterns.shared_queue import shared_queue
-from gradientmail.patterns.workers import HandoffBuffer
 from tests.support.pipeline_workers import FAST, payload
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,8 +14,8 @@ import pytest
 
 import gradientmail
 from gradientmail import ConfigurationError, Mailbox
-from gradientmail.cli import main
-from gradientmail.errors import RunMismatchError
+from gradientmail._cli import main
+from gradientmail._errors import RunMismatchError
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.status import read_status
 

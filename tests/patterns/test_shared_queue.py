@@ -24,11 +24,11 @@ from gradientmail import (
     NotSupportedError,
     TransientBackendError,
 )
-from gradientmail.errors import WorkerError
-from gradientmail.patterns.claims import read_claim
+from gradientmail._errors import WorkerError
+from gradientmail.patterns._claims import read_claim
+from gradientmail.patterns._workers import HandoffBuffer
 from gradientmail.patterns.shared_queue import UNITS_PREFIX, shared_queue
-from gradientmail.patterns.shared_queue import consumer as shared_queue_module
-from gradientmail.patterns.workers import HandoffBuffer
+from gradientmail.patterns.shared_queue import _consumer as shared_queue_module
 from tests.support import stress
 from tests.support.handoff_probe import WatchedBuffer, watched
 from tests.support.rigs import Rig

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox, MissingDependencyError, from_url
-from gradientmail.cli import main
+from gradientmail._cli import main
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.session import Session
 from gradientmail.status import format_status, lane_of, plot_gantt, read_status

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gradientmail import from_url
-from gradientmail.cli import main
+from gradientmail._cli import main
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.session import Session
 from gradientmail.status import format_status, read_status

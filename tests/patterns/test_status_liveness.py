@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import gradientmail.cli.status as status_cli
+import gradientmail._cli.status as status_cli
 from gradientmail import Mailbox, from_url
-from gradientmail.cli import main
+from gradientmail._cli import main
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.status import format_status, read_status
 

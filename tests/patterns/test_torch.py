@@ -20,9 +20,9 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402 - after the importorskip above
 
 from gradientmail import ConfigurationError, Mailbox, Session, WorkerError  # noqa: E402
-from gradientmail.patterns.leases import Lease  # noqa: E402
-from gradientmail.patterns.run_layout import RunLayout  # noqa: E402
-from gradientmail.patterns.shared_queue.unit_claims import UnitClaims  # noqa: E402
+from gradientmail.patterns._leases import Lease  # noqa: E402
+from gradientmail.patterns._run_layout import RunLayout  # noqa: E402
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims  # noqa: E402
 from gradientmail.status import read_status  # noqa: E402
 from gradientmail.torch import SharedQueueDataset  # noqa: E402
 from tests.support.rigs import Rig  # noqa: E402

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.errors import RunMismatchError
-from gradientmail.patterns.run_layout import MANIFEST_UNITS_KEY, check_manifest, digest_of
+from gradientmail._errors import RunMismatchError
+from gradientmail.patterns._run_layout import MANIFEST_UNITS_KEY, check_manifest, digest_of
 from tests.support.delegating import Delegating
 
 

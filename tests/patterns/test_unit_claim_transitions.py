@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 
 from gradientmail import Capability, Mailbox
-from gradientmail.patterns.claims import read_claim
-from gradientmail.patterns.run_layout import RunLayout
-from gradientmail.patterns.shared_queue.unit_claims import DONE, RELEASED, UnitClaims
+from gradientmail.patterns._claims import read_claim
+from gradientmail.patterns._run_layout import RunLayout
+from gradientmail.patterns.shared_queue._unit_claims import DONE, RELEASED, UnitClaims
 
 LAYOUT = RunLayout(0)
 

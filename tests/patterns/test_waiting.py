@@ -14,7 +14,7 @@ import pytest
 
 from gradientmail import Mailbox
 from gradientmail.patterns.shared_queue import shared_queue
-from gradientmail.patterns.shared_queue.holdings import Holdings
+from gradientmail.patterns.shared_queue._holdings import Holdings
 from tests.support.delegating import Delegating
 
 

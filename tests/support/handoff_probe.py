@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gradientmail.patterns.shared_queue.buffer_entries import Control, Exhausted, Failed, Fenced
-from gradientmail.patterns.workers import HandoffBuffer
+from gradientmail.patterns._workers import HandoffBuffer
+from gradientmail.patterns.shared_queue._buffer_entries import Control, Exhausted, Failed, Fenced
 
 #: Seconds after which a wait here is a hang.
 HANG = 60.0

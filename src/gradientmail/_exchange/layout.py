@@ -28,9 +28,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradientmail.backends.base import new_write_id
-from gradientmail.keys import validate_segment
-from gradientmail.patterns.claims import decode_record, encode_record
+from gradientmail._keys import validate_segment
+from gradientmail.backends._base import new_write_id
+from gradientmail.patterns._claims import decode_record, encode_record
 
 ROOT = "exchange/"
 
@@ -148,7 +148,7 @@ class Head:
     @classmethod
     def decode(cls, data: bytes, key: str) -> Head:
         """Parse a head record; raise ``InvalidDataError`` naming ``key`` if it is not one."""
-        from gradientmail.errors import InvalidDataError
+        from gradientmail._errors import InvalidDataError
 
         record = decode_record(data)
         try:

@@ -12,6 +12,12 @@ from types import TracebackType
 
 import torch
 
+from gradientmail._errors import (
+    ConfigurationError,
+    LeaseLostError,
+    NotSupportedError,
+    OutcomeUnknownError,
+)
 from gradientmail._exchange.layout import Head, Keys
 from gradientmail._exchange.membership import Membership
 from gradientmail._exchange.rules import OuterRule, resolve, staleness_weight
@@ -24,18 +30,12 @@ from gradientmail._exchange.store import (
     describe,
     flat,
 )
-from gradientmail.backends.base import new_write_id
-from gradientmail.backends.options import lease_seconds, positive
-from gradientmail.errors import (
-    ConfigurationError,
-    LeaseLostError,
-    NotSupportedError,
-    OutcomeUnknownError,
-)
-from gradientmail.identity import learner_id as launcher_learner_id
-from gradientmail.keys import validate_segment
+from gradientmail._identity import learner_id as launcher_learner_id
+from gradientmail._keys import validate_segment
+from gradientmail.backends._base import new_write_id
+from gradientmail.backends._options import lease_seconds, positive
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns.workers import CarriedError
+from gradientmail.patterns._workers import CarriedError
 
 log = logging.getLogger("gradientmail.exchange")
 

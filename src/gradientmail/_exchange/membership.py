@@ -18,9 +18,9 @@ from functools import partial
 
 import torch
 
+from gradientmail._errors import OutcomeUnknownError
 from gradientmail._exchange.layout import Head, LearnerEntry
 from gradientmail._exchange.store import SharedStore, Superseded
-from gradientmail.errors import OutcomeUnknownError
 from gradientmail.mailbox import Version
 
 log = logging.getLogger("gradientmail.exchange")

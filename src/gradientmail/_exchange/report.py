@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
+from gradientmail._errors import GradientMailError, KeyNotFoundError
 from gradientmail._exchange.layout import ROOT, Head
-from gradientmail.errors import GradientMailError, KeyNotFoundError
 from gradientmail.mailbox import Mailbox
 
 

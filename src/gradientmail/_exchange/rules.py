@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
-from gradientmail.errors import ConfigurationError
+from gradientmail._errors import ConfigurationError
 
 
 class OuterRule(Protocol):

@@ -38,7 +38,7 @@ Errors
 
 Requests per call
     The SDK's own retries are off (``retry_total=0``, and none in the HTTP adapter); the
-    shared :class:`~gradientmail.backends.base.RetryPolicy` (``attempts`` = 5 by default)
+    shared :class:`~gradientmail.backends.RetryPolicy` (``attempts`` = 5 by default)
     makes every retry. With ``A`` attempts, one call sends at most:
 
     * ``get``, ``get_versioned``, ``put``, ``delete``: ``A`` requests;
@@ -63,7 +63,7 @@ Guarantees
       (``If-Match: <etag>``); a stale ETag is answered with 412 ``ConditionNotMet``.
     * Every write carries a fresh write id in the blob metadata
       (``gradientmail_write_id``), so an ambiguous conditional write is decided by reading
-      it back (see :class:`~gradientmail.backends.base.BaseMailbox`).
+      it back (see :class:`~gradientmail.backends.BaseMailbox`).
     * Nothing listening at the endpoint fails within about a second.
 """
 
@@ -75,10 +75,10 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from gradientmail import errors
-from gradientmail.backends.base import Conflict, Stat
-from gradientmail.backends.object_store import PAGE_SIZE, ObjectStoreMailbox, StoreURL
-from gradientmail.backends.options import redact, require
+from gradientmail import _errors as errors
+from gradientmail.backends._base import Conflict, Stat
+from gradientmail.backends._object_store import PAGE_SIZE, ObjectStoreMailbox, StoreURL
+from gradientmail.backends._options import redact, require
 from gradientmail.mailbox import Version
 
 __all__ = ["CONNECTION_STRING_ENV", "PAGE_SIZE", "WRITE_ID_METADATA", "AzureMailbox"]

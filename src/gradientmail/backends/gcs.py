@@ -26,7 +26,7 @@ Errors
 
 Requests per call
     The SDK's own retries are off (``retry=None`` on every call); the shared
-    :class:`~gradientmail.backends.base.RetryPolicy` (``attempts`` = 5 by default) makes
+    :class:`~gradientmail.backends.RetryPolicy` (``attempts`` = 5 by default) makes
     every retry. With ``A`` attempts, one call sends at most:
 
     * ``put``: ``A`` uploads; ``get``, ``get_versioned``, ``delete``: ``A`` requests, plus
@@ -49,7 +49,7 @@ Guarantees
       (``ifGenerationMatch=<generation>``). Generations never repeat for an object name.
     * Every write carries a fresh write id in the object metadata
       (``gradientmail_write_id``), so an ambiguous conditional write is decided by reading
-      it back (see :class:`~gradientmail.backends.base.BaseMailbox`).
+      it back (see :class:`~gradientmail.backends.BaseMailbox`).
     * Nothing listening at the endpoint fails within about a second.
 """
 
@@ -60,10 +60,10 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from gradientmail import errors
-from gradientmail.backends.base import Conflict, Stat
-from gradientmail.backends.object_store import PAGE_SIZE, ObjectStoreMailbox, StoreURL
-from gradientmail.backends.options import require
+from gradientmail import _errors as errors
+from gradientmail.backends._base import Conflict, Stat
+from gradientmail.backends._object_store import PAGE_SIZE, ObjectStoreMailbox, StoreURL
+from gradientmail.backends._options import require
 from gradientmail.mailbox import Capability, Version
 
 __all__ = ["PAGE_SIZE", "WRITE_ID_METADATA", "GCSMailbox"]

@@ -23,20 +23,20 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from gradientmail.backends import local_errors
-from gradientmail.backends import local_fs as fs
-from gradientmail.backends import local_layout as layout
-from gradientmail.backends import local_staging as staging_files
-from gradientmail.backends.base import BaseMailbox, Conflict, Stat
-from gradientmail.backends.local_layout import CHUNK_BYTES
-from gradientmail.backends.options import file_url, parse_bool, parse_options, redact, split_url
-from gradientmail.errors import (
+from gradientmail._errors import (
     BackendError,
     BucketNotFoundError,
     ConfigurationError,
     KeyNotFoundError,
     OutcomeUnknownError,
 )
+from gradientmail.backends import _local_errors as local_errors
+from gradientmail.backends import _local_fs as fs
+from gradientmail.backends import _local_layout as layout
+from gradientmail.backends import _local_staging as staging_files
+from gradientmail.backends._base import BaseMailbox, Conflict, Stat
+from gradientmail.backends._local_layout import CHUNK_BYTES
+from gradientmail.backends._options import file_url, parse_bool, parse_options, redact, split_url
 from gradientmail.mailbox import Capability, Version
 
 __all__ = ["CHUNK_BYTES", "FileMailbox"]  # CHUNK_BYTES: re-exported from local_layout

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
-from gradientmail.backends.base import BaseMailbox, Conflict, Stat
-from gradientmail.backends.options import parse_options, split_url
-from gradientmail.errors import ConfigurationError, KeyNotFoundError
+from gradientmail._errors import ConfigurationError, KeyNotFoundError
+from gradientmail.backends._base import BaseMailbox, Conflict, Stat
+from gradientmail.backends._options import parse_options, split_url
 from gradientmail.mailbox import Capability, Version
 
 __all__ = ["PAGE_SIZE", "MemoryMailbox"]

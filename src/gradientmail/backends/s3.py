@@ -29,8 +29,7 @@ URL and options
     * ``config``: a ``botocore.config.Config``, for settings without an option of their own
       (proxies, checksums, TCP keep-alive...). gradientmail's defaults yield to it, the
       named options above override it, and its retry settings are always replaced: one
-      attempt per call, the shared retry policy makes every retry (see
-      :mod:`gradientmail.backends.s3_client`).
+      attempt per call, the shared retry policy makes every retry.
 
     ``docs/s3-compatible.md`` lists the values MinIO, Cloudflare R2, Ceph RGW and SeaweedFS
     need, and maps each option to its fsspec/s3fs name.
@@ -63,7 +62,7 @@ Errors
 
 Requests per call
     botocore's own retries are off (one attempt per call); the shared
-    :class:`~gradientmail.backends.base.RetryPolicy` (``attempts`` = 5 by default) makes
+    :class:`~gradientmail.backends.RetryPolicy` (``attempts`` = 5 by default) makes
     every retry. With ``A`` attempts, one call sends at most:
 
     * ``get``, ``get_versioned``, ``put``, ``delete``: ``A`` requests;
@@ -103,11 +102,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gradientmail import errors
-from gradientmail.backends.base import Conflict, Stat
-from gradientmail.backends.object_store import ObjectStoreMailbox, StoreURL
-from gradientmail.backends.options import redact
-from gradientmail.backends.s3_client import (
+from gradientmail import _errors as errors
+from gradientmail.backends._base import Conflict, Stat
+from gradientmail.backends._object_store import ObjectStoreMailbox, StoreURL
+from gradientmail.backends._options import redact
+from gradientmail.backends._s3_client import (
     CONNECT_TIMEOUT,
     DEFAULTS,
     OPTIONS,
@@ -130,7 +129,7 @@ WRITE_ID_METADATA = "gm-write-id"
 
 
 # -- URL and options ---------------------------------------------------------------------------
-# The options are checked, and the client made, in gradientmail.backends.s3_client.
+# The options are checked, and the client made, in gradientmail.backends._s3_client.
 
 # 3-63 lowercase letters, digits, '.', '-' and '_' (the last for older and S3-compatible
 # stores), starting and ending with a letter or digit.

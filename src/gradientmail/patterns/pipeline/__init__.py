@@ -28,7 +28,7 @@ layout, the costs, and why the simpler protocols fail):
   ``put_if_match`` on its claim) while the loop works on it; a consumer that dies within
   that round trip may see that one item go to another consumer too. Items it had only
   prefetched go to the other consumers, which take them over with compare-and-swap once its
-  lease (:mod:`gradientmail.patterns.leases`) lapses, or at once when it was closed early. A
+  lease lapses, or at once when it was closed early. A
   consumer paused past its lease raises ``LeaseLostError`` instead of returning an item
   (naming the one item that may have gone twice, if any). ``docs/pipeline.md`` has the
   details; without compare-and-swap, the others raise ``PipelineError`` naming a dead
@@ -43,12 +43,13 @@ layout, the costs, and why the simpler protocols fail):
   ``ceil(capacity / len(producers))`` per producer).
 * **Failures arrive after the items before them.** A producer's exception reaches a
   consumer as :class:`ProducerFailedError` naming it; a producer whose lease
-  (:mod:`gradientmail.patterns.leases`) goes unrenewed for ``lease`` seconds as
+  goes unrenewed for ``lease`` seconds as
   :class:`ProducerLostError`; no progress for ``stall_timeout``
   seconds as :class:`PipelineStalledError`; ``pipe.abort()`` as
   :class:`PipelineAbortedError` in every consumer and producer.
 * **Ids** of producers and consumers follow gradientmail's one ID rule
-  (:func:`gradientmail.keys.validate_segment`); a bad one raises ``ConfigurationError``.
+  (:func:`gradientmail.patterns.shared_queue.validate_segment`); a bad one raises
+  ``ConfigurationError``.
 
 ``pipe.stats()`` reports, per handle, items produced and consumed, backpressure time,
 consumers' waits, and in process the idle time beside available items and wake-up latency.
@@ -56,7 +57,7 @@ consumers' waits, and in process the idle time beside available items and wake-u
 
 from __future__ import annotations
 
-from gradientmail.errors import (
+from gradientmail._errors import (
     PipelineAbortedError,
     PipelineError,
     PipelineStalledError,
@@ -64,9 +65,9 @@ from gradientmail.errors import (
     ProducerLostError,
     ProducerRegistrationError,
 )
-from gradientmail.patterns.pipeline.api import Pipeline
-from gradientmail.patterns.pipeline.roles import Consumer, Producer
-from gradientmail.patterns.pipeline.stats import ConsumerStats, PipelineStats, ProducerStats
+from gradientmail.patterns.pipeline._api import Pipeline
+from gradientmail.patterns.pipeline._roles import Consumer, Producer
+from gradientmail.patterns.pipeline._stats import ConsumerStats, PipelineStats, ProducerStats
 
 __all__ = [
     "Consumer",

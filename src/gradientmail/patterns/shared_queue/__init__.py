@@ -18,7 +18,7 @@ Guarantees
       Resume and ``gradientmail status`` trust these records, not claims.
     * **Claims are checked.** After creating a claim the learner reads it back; if another
       claim is stored the store is not atomic, and the queue raises
-      :class:`~gradientmail.errors.AtomicityViolationError` (carried as below).
+      :class:`~gradientmail.AtomicityViolationError` (carried as below).
     * **Dead learners' units are finished by others.** Every learner holds one lease,
       renewed every ``lease / 3`` seconds. A learner that finds no free unit does not leave
       while units are claimed but not done: it watches the leases of learners still at
@@ -32,7 +32,7 @@ Guarantees
       are then finished when it is restarted (resume), not by the others.
     * **A paused learner stops.** A learner whose lease may have lapsed (SIGSTOP, a long
       pause, a partition) delivers nothing more until it has renewed, and one that was taken
-      over raises :class:`~gradientmail.errors.LeaseLostError`: it delivers no item of a
+      over raises :class:`~gradientmail.LeaseLostError`: it delivers no item of a
       unit it no longer owns and never records a completion for one.
     * **Items are delivered twice only** for a unit whose owner died, was fenced or left.
     * **Resume.** The same job on the same prefix continues: done units are skipped; a
@@ -51,7 +51,7 @@ Guarantees
       an item only when fewer than ``prefetch`` items are buffered, and claims the next unit
       only then too.
     * **Errors.** An exception from ``load`` or from the mailbox reaches the consumer
-      *after* every item buffered before it, as a :class:`~gradientmail.errors.WorkerError`
+      *after* every item buffered before it, as a :class:`~gradientmail.WorkerError`
       with the original as ``__cause__``. Errors are never swallowed.
     * **Exit.** Leaving the ``with`` block stops the thread within its current ``load`` step
       or mailbox call, closes the unit's iterator, records pending completions, and has
@@ -61,9 +61,9 @@ Without compare-and-swap there are no takeovers: claims are permanent, a dead le
 units stay unfinished (``gradientmail status`` says so), and an early exit deletes claims.
 
 Cost: per unit, a claim and its read-back, a swap and a record to complete, and a few lost
-claims (see :mod:`gradientmail.patterns.shared_queue.policy`); per learner, a lease write per
+claims (``docs/shared-queue.md`` has the figures); per learner, a lease write per
 ``lease / 3`` seconds, listings at the start and at the end, and two pages per poll while
-waiting (see :mod:`gradientmail.patterns.shared_queue.idle_markers`).
+waiting.
 
 Progress: the queue reports each unit's claim, start, finish and release, and the consumer's
 wait for data, to a :class:`~gradientmail.session.Session` (``session=``, or the innermost
@@ -77,11 +77,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from gradientmail.backends.options import lease_seconds, positive
-from gradientmail.errors import ConfigurationError, NotSupportedError
-from gradientmail.keys import validate_segment
+from gradientmail._errors import ConfigurationError, NotSupportedError
+from gradientmail._keys import validate_segment
+from gradientmail.backends._options import lease_seconds, positive
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns.progress import (
+from gradientmail.patterns._progress import (
     ProgressReporter,
     active_reporter,
     any_active_reporter,
@@ -89,10 +89,10 @@ from gradientmail.patterns.progress import (
     queue_entered,
     queue_left,
 )
-from gradientmail.patterns.run_layout import MANIFEST_KEY, UNITS_PREFIX
-from gradientmail.patterns.shared_queue.consumer import SharedQueue
-from gradientmail.patterns.shared_queue.policy.preference import preference_order
-from gradientmail.patterns.shared_queue.stats import QueueStats
+from gradientmail.patterns._run_layout import MANIFEST_KEY, UNITS_PREFIX
+from gradientmail.patterns.shared_queue._consumer import SharedQueue
+from gradientmail.patterns.shared_queue._policy.preference import preference_order
+from gradientmail.patterns.shared_queue._stats import QueueStats
 
 __all__ = [
     "DEFAULT_LEASE",

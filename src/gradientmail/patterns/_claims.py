@@ -1,0 +1,232 @@
+"""Claims: take ownership of a key with ``put_if_absent``, and prove it by reading it back.
+
+* :func:`claim` creates the key with a body naming the owner and a token unique to the
+  call, then reads it back. A store that let two claimants win raises
+  :class:`~gradientmail._errors.AtomicityViolationError` instead of silently double-loading.
+* :class:`ClaimRecord` is what a claim key holds, written by :func:`claim_body` and read by
+  :func:`parse_claim` / :func:`read_claim`.
+* :func:`encode_record` / :func:`decode_record` are the one JSON codec for every record the
+  patterns store (claims, leases, progress, manifests).
+
+Both patterns (``shared_queue`` and ``pipeline``) claim through this module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gradientmail._errors import (
+    AtomicityViolationError,
+    KeyNotFoundError,
+    LeaseLostError,
+    OutcomeUnknownError,
+)
+from gradientmail.backends._base import new_write_id
+from gradientmail.backends._options import redact
+from gradientmail.mailbox import Capability, Mailbox, Version
+
+__all__ = [
+    "ClaimRecord",
+    "claim",
+    "claim_body",
+    "claim_versioned",
+    "decode_record",
+    "encode_record",
+    "new_token",
+    "parse_claim",
+    "read_claim",
+    "read_record",
+    "read_versioned",
+]
+
+#: An atomicity violation (a claim reported as won but held by another) at WARNING.
+_log = logging.getLogger(__name__)
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """A record as compact UTF-8 JSON: the one encoder for every pattern's records."""
+    return json.dumps(record, separators=(",", ":")).encode("utf-8")
+
+
+def decode_record(data: bytes) -> dict[str, Any] | None:
+    """A JSON object record, or ``None`` when ``data`` is not one (never raises)."""
+    try:
+        record = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_record(mailbox: Mailbox, key: str) -> dict[str, Any] | None:
+    """The JSON object stored at ``key``; ``None`` if the key is missing or holds no object."""
+    try:
+        return decode_record(mailbox.get(key))
+    except KeyNotFoundError:
+        return None
+
+
+def read_versioned(mailbox: Mailbox, key: str, cas: bool) -> tuple[bytes, Version | None] | None:
+    """The bytes at ``key`` and, where ``cas`` (the mailbox compares and swaps), their
+    version, in one request; ``None`` if the key is missing. Without ``cas`` the version is
+    ``None``: a plain read."""
+    try:
+        if cas:
+            return mailbox.get_versioned(key)
+        return mailbox.get(key), None
+    except KeyNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """What a claim key holds: who owns it, a token unique to the claiming call, and when.
+
+    Stored as JSON: ``{"owner": ..., "token": ..., "claimed_at": unix seconds, ...extra}``.
+    """
+
+    owner: str
+    token: str
+    claimed_at: float
+    extra: dict[str, Any]
+
+
+def new_token() -> str:
+    """A fresh 128-bit claim token as 32 hex digits (the same generator as write ids)."""
+    return new_write_id()
+
+
+def claim_body(owner: str, token: str, **extra: Any) -> bytes:
+    """The bytes :func:`claim` writes: JSON naming ``owner``, ``token`` and the time."""
+    body: dict[str, Any] = {"owner": owner, "token": token, "claimed_at": time.time()}
+    body.update(extra)
+    return encode_record(body)
+
+
+def parse_claim(data: bytes) -> ClaimRecord | None:
+    """Parse a claim body; ``None`` when the bytes are not a claim written by :func:`claim`."""
+    body = decode_record(data)
+    if body is None or not isinstance(body.get("owner"), str):
+        return None
+    extra = {k: v for k, v in body.items() if k not in ("owner", "token", "claimed_at")}
+    claimed_at = body.get("claimed_at")
+    return ClaimRecord(
+        owner=body["owner"],
+        token=str(body.get("token", "")),
+        claimed_at=float(claimed_at) if isinstance(claimed_at, (int, float)) else 0.0,
+        extra=extra,
+    )
+
+
+def read_claim(mailbox: Mailbox, key: str) -> ClaimRecord | None:
+    """The claim stored at ``key``, or ``None`` if the key is missing or holds no claim."""
+    try:
+        return parse_claim(mailbox.get(key))
+    except KeyNotFoundError:
+        return None
+
+
+def claim_versioned(
+    mailbox: Mailbox, key: str, owner: str, **extra: Any
+) -> tuple[ClaimRecord, Version | None] | None:
+    """Like :func:`claim`, and also return the claim's record and version when won.
+
+    The version (``None`` on a mailbox without compare-and-swap) lets the owner later
+    change the claim only if nobody else has (``put_if_match``): complete it, release it.
+    The read-back is ``get_versioned`` where supported, so it costs no extra request.
+
+    Returns:
+        ``(record, version)`` when this call owns the key, ``None`` when another claimant
+        created it first.
+
+    Raises:
+        LeaseLostError: the win was real, but before it was read back another claimant took
+            the claim over from ``owner`` (the new claim lists ``owner`` in ``previous``):
+            this process was paused or cut off for longer than its lease.
+        AtomicityViolationError: the store reported a win but holds another claim that
+            never was ``owner``'s.
+        BackendError: the store failed.
+    """
+    token = new_token()
+    try:
+        won = mailbox.put_if_absent(key, claim_body(owner, token, **extra))
+    except OutcomeUnknownError:
+        # The create may or may not have landed; the token we wrote decides it. Claim keys
+        # are only ever written by claimants, so a foreign token means another claim won.
+        stored = _read_versioned(mailbox, key)
+        if stored is not None and stored[0].token == token:
+            return stored
+        if stored is None:
+            raise
+        return None
+    if not won:
+        return None
+    stored = _read_versioned(mailbox, key)
+    if stored is not None and stored[0].token != token and owner in previous_owners(stored[0]):
+        # Our create won; then we stalled past our lease before this read, and a takeover
+        # (by another learner, or by a newer incarnation of this one) replaced the claim.
+        # The store is fine: this claimant is fenced, and must not use the claim.
+        raise LeaseLostError(
+            f"claim of {key!r} by {owner!r} was taken over by {stored[0].owner!r} before "
+            "it could be read back: this process was paused or cut off for longer than its "
+            "lease, so the claim is no longer its own",
+            learner=owner,
+            units=(key.rsplit("/", 1)[-1],),
+        )
+    if stored is None or stored[0].token != token:
+        other = "nothing readable" if stored is None else f"a claim by {stored[0].owner!r}"
+        url = redact(mailbox.url)
+        _log.warning(
+            "atomicity violation on %s: the claim of %r by %r was reported as won, but "
+            "reading it back found %s",
+            url,
+            key,
+            owner,
+            other,
+        )
+        raise AtomicityViolationError(
+            f"claim of {key!r} by {owner!r} was reported as won, but reading it back found "
+            f"{other}: the store let two claimants win (or lost the write), so it is not "
+            f"safe to coordinate on; check it with: gradientmail conformance {url}"
+        )
+    return stored
+
+
+def previous_owners(record: ClaimRecord) -> list[str]:
+    """The former owners a taken-over claim lists, oldest first (empty for a first claim)."""
+    previous = record.extra.get("previous")
+    return [str(p) for p in previous] if isinstance(previous, list) else []
+
+
+def _read_versioned(mailbox: Mailbox, key: str) -> tuple[ClaimRecord, Version | None] | None:
+    found = read_versioned(mailbox, key, mailbox.supports(Capability.COMPARE_AND_SWAP))
+    if found is None:
+        return None
+    data, version = found
+    record = parse_claim(data)
+    return None if record is None else (record, version)
+
+
+def claim(mailbox: Mailbox, key: str, owner: str, **extra: Any) -> bool:
+    """Take ``key`` for ``owner`` with ``put_if_absent``, then read it back and check.
+
+    Costs one conditional create, plus one read when the create wins. The body records
+    ``owner`` and a token unique to this call (so two claimants that share an owner name are
+    still told apart), the time, and any JSON-serialisable ``extra`` fields. A create whose
+    outcome the store could not report (``OutcomeUnknownError``) is decided by reading the
+    claim back: our token means we won.
+
+    Returns:
+        ``True`` when this call owns the key (verified by reading it back), ``False`` when
+        another claimant created it first.
+
+    Raises:
+        AtomicityViolationError: ``put_if_absent`` reported a win but the key holds another
+            claimant's body, or nothing: the store is not atomic, and loading would
+            duplicate work. The message names both owners and how to check the store.
+        BackendError: the store failed; never turned into ``False``.
+    """
+    return claim_versioned(mailbox, key, owner, **extra) is not None

@@ -1,0 +1,138 @@
+"""The observer side of a lease: :class:`LeaseWatcher` (see :mod:`gradientmail.patterns._leases`).
+
+An observer declares a holder dead only after seeing its lease record unchanged for the
+lease's duration by its own monotonic clock, and then declares it lost with one
+compare-and-swap, so exactly one observer wins and the holder's next renewal fails.
+
+Observer side (:class:`LeaseWatcher`)
+    * An observer declares a holder dead only after seeing its lease record *unchanged* for
+      ``duration`` seconds by its own monotonic clock. A renewal sent at time ``t`` is seen
+      by every later read, so no observer can declare the holder dead before ``t +
+      duration``, while the holder stops acting at ``t + SAFE_FRACTION * duration``: host
+      clocks need not agree, only run at about the same rate.
+    * :meth:`LeaseWatcher.declare_lost` writes the ``lost`` state with compare-and-swap
+      against the version it watched, so it fails if the holder renewed in between, and
+      exactly one observer declares. Only then may others take the holder's work.
+
+Cost: one write per holder per ``duration / 3`` (per worker, not per unit of work), and one
+read per watched lease per observation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from gradientmail.mailbox import Capability, Mailbox, Version
+from gradientmail.patterns._claims import decode_record, encode_record, read_versioned
+
+__all__ = ["LIVE_STATES", "LeaseState", "LeaseWatcher"]
+
+#: Lost leases declared, at WARNING (the holder side logs on the leases logger).
+_log = logging.getLogger("gradientmail.patterns._leases")
+
+
+#: States a lease record can be in. ``running`` is the only live one.
+LIVE_STATES = frozenset({"running"})
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """What an observer concluded about one holder's lease."""
+
+    holder: str
+    #: ``running``, ``finished``, ``released``, ``failed``, ``lost`` or ``missing``.
+    state: str
+    #: The incarnation whose record was read (0 when missing).
+    incarnation: int
+    #: ``True`` when the holder is not running: it ended, was declared lost, or its record
+    #: was unchanged (or missing) for a whole duration of this observer's clock.
+    dead: bool
+    #: The ``epoch`` its record names (a ``shared_queue`` learner's), or ``None``.
+    epoch: int | None = None
+
+
+class LeaseWatcher:
+    """An observer of other holders' leases under ``prefix`` (``prefix + holder``).
+
+    Call :meth:`observe` at intervals; a holder is dead once its record was unchanged for
+    ``duration`` seconds of this watcher's monotonic clock, or says it ended or was lost.
+    """
+
+    def __init__(self, mailbox: Mailbox, prefix: str, *, duration: float) -> None:
+        self.mailbox = mailbox
+        self.prefix = prefix
+        self.duration = float(duration)
+        self._seen: dict[str, tuple[object, float, Version | None]] = {}
+        self._cas = mailbox.supports(Capability.COMPARE_AND_SWAP)
+        #: lease reads made.
+        self.reads = 0
+
+    def observe(self, holder: str) -> LeaseState:
+        """Read ``holder``'s lease once and say whether it is dead."""
+        self.reads += 1
+        now = time.monotonic()
+        found = read_versioned(self.mailbox, self.prefix + holder, self._cas)
+        data, version = found or (b"", None)
+        # What tells one write from the next: the version, or the bytes without one.
+        mark: object = None if found is None else data if version is None else version.token
+        record = decode_record(data) or {} if data else {}
+        seen = self._seen.get(holder)
+        if seen is None or seen[0] != mark:
+            self._seen[holder] = (mark, now, version)
+            since = now
+        else:
+            since = seen[1]
+        state = str(record.get("state") or "missing") if data else "missing"
+        duration = float(record.get("lease") or self.duration)
+        unchanged_long = now - since >= duration
+        dead = (state not in LIVE_STATES and state != "missing") or unchanged_long
+        epoch = record.get("epoch")
+        return LeaseState(
+            holder,
+            state,
+            int(record.get("incarnation") or 0),
+            dead,
+            epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
+        )
+
+    def declare_if_dead(self, observed: LeaseState, by: str) -> bool:
+        """Whether the holder :meth:`observe` found dead is gone for good: declared lost by
+        this call, or its lease already says it ended (see :meth:`declare_lost`)."""
+        return observed.dead and self.declare_lost(observed.holder, by)
+
+    def declare_lost(self, holder: str, by: str) -> bool:
+        """Mark ``holder``'s lease lost, if it is still the record this watcher saw.
+
+        Returns ``True`` when this call wrote ``lost`` (exactly one observer does), or the
+        lease already says the holder ended or was lost; ``False`` when it was renewed in
+        between (the holder is alive after all).
+        """
+        seen = self._seen.get(holder)
+        if seen is None:
+            return False
+        version = seen[2]
+        if version is None:
+            return True  # no record, or no compare-and-swap: nothing to fence with
+        key = self.prefix + holder
+        try:
+            data, current = self.mailbox.get_versioned(key)
+        except LookupError:
+            return True
+        record = decode_record(data) or {}
+        if record.get("state") not in LIVE_STATES:
+            return True  # it ended, or another observer declared it first
+        if current != version:
+            return False  # renewed since we watched: alive
+        record.update(state="lost", lost_by=by, lost_at=time.time())
+        declared = self.mailbox.put_if_match(key, encode_record(record), version) is not None
+        if declared:
+            _log.warning(
+                "%r declared %r lost: its lease %r was not renewed for %.1fs",
+                by,
+                holder,
+                key,
+                time.monotonic() - seen[1],
+            )
+        return declared

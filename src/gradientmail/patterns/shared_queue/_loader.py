@@ -1,0 +1,225 @@
+"""The loader thread of a ``shared_queue`` learner: which unit next, and loading it.
+
+Order of preference, each time the buffer has room:
+
+1. units this learner held in an earlier incarnation (it restarted with the same id);
+2. free units, in the learner's preference order, jumping elsewhere after a lost claim
+   (see :mod:`gradientmail.patterns.shared_queue._policy`);
+3. when none is free: units that were released, or whose owner's lease expired, taken
+   over with compare-and-swap. While units are claimed but not done and none can be taken,
+   the thread keeps watching the others' leases and idle markers (see
+   :mod:`~gradientmail.patterns.shared_queue._waiting`), and ends only when every unit is done. So a
+   learner that dies last still has its units finished by someone. With
+   ``wait_for_others=False`` it ends instead (lockstep training: a rank waiting here for
+   data while another waits for it in a collective would deadlock).
+
+Without compare-and-swap, step 1 and 3 do not exist: claims are permanent and the thread
+ends when no unit is free.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from gradientmail._errors import LeaseLostError
+from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._progress import ProgressReporter
+from gradientmail.patterns._workers import CarriedError, HandoffBuffer
+from gradientmail.patterns.shared_queue._buffer_entries import (
+    Exhausted,
+    Failed,
+    Fenced,
+    UnitEnd,
+    UnitStart,
+)
+from gradientmail.patterns.shared_queue._holdings import Holdings
+from gradientmail.patterns.shared_queue._policy import ClaimPolicy
+from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._unit_claims import Held, UnitClaims
+from gradientmail.patterns.shared_queue._waiting import Next, Waiting
+
+__all__ = ["ClaimLoop"]
+
+
+class _LoadFailed(Exception):
+    def __init__(self, context: str, original: BaseException) -> None:
+        super().__init__(context)
+        self.context = context
+        self.original = original
+
+
+#: Lost claims and loader failures at DEBUG.
+_log = logging.getLogger(__name__)
+
+
+class ClaimLoop:
+    """The loader thread's work: claim, take over, load into ``buffer``.
+
+    Every unit it holds is added to ``holdings`` (shared with the consumer side) before
+    its first item is buffered, so the consumer can complete or release it.
+    """
+
+    def __init__(
+        self,
+        *,
+        units: Mapping[str, Any],
+        policy: ClaimPolicy,
+        claims: UnitClaims,
+        lease: Lease,
+        load: Callable[[Any], Iterable[Any]],
+        buffer: HandoffBuffer[Any],
+        holdings: Holdings,
+        stats: QueueStats,
+        reporter: ProgressReporter | None,
+        closing: threading.Event,
+        wait_for_others: bool = True,
+    ) -> None:
+        self.items_of: Callable[[str], Iterable[Any]] = lambda ident: load(units[ident])
+        self.policy = policy
+        self.claims = claims
+        self.buffer = buffer
+        self.holdings = holdings
+        self.stats = stats
+        self.reporter = reporter
+        self.closing = closing
+        self.waiting = Waiting(
+            claims,
+            lease,
+            policy=policy,
+            holdings=holdings,
+            stats=stats,
+            closing=closing,
+            wait_for_others=wait_for_others,
+            hold=self.hold,
+        )
+        self.held_limit = buffer.capacity + 2
+
+    @property
+    def others_unfinished(self) -> bool:
+        """Whether the thread ended while other learners still held unfinished units."""
+        return self.waiting.others_unfinished
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Claim and load until every unit is done, the queue closes, or something fails."""
+        context = "while claiming units"
+        try:
+            self.start()
+            while True:
+                if not self.buffer.wait_for_room():
+                    return  # closed: make no new claim
+                held = self.next_unit()
+                if held is None:
+                    break
+                context = f"while loading unit {held.identifier!r}"
+                if not self.load_unit(held):
+                    return
+                context = "while claiming units"
+            self.buffer.put_control(Exhausted())
+        except LeaseLostError as exc:
+            self.buffer.put_control(Fenced(exc))
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
+            if isinstance(exc, _LoadFailed):
+                context, exc = exc.context, exc.original
+            _log.debug("loader of %r failed %s: %r", self.claims.learner_id, context, exc)
+            self.buffer.put_control(Failed(CarriedError.of(exc), context))
+
+    def start(self) -> None:
+        """One scan: skip done units, note own leftovers from an earlier incarnation."""
+        scan = self.claims.scan()
+        self.stats.listings += 2
+        self.stats.listed_keys += len(scan.claimed) + len(scan.done)
+        ids = self.policy.position
+        self.stats.units_done_before = sum(1 for ident in scan.done if ident in ids)
+        self.waiting.begin(scan)
+
+    # -- choosing the next unit ---------------------------------------------------------------
+
+    def next_unit(self) -> Held | None:
+        """The next unit to load, or ``None`` when every unit is done or the queue closed."""
+        if not self.holdings.wait_at_most(self.held_limit) or self.closing.is_set():
+            # Completions are recorded by a background thread; without this bound a fast
+            # loader and consumer could run far ahead of it, and a learner killed then
+            # would leave many trained but unrecorded units to be trained again.
+            return None
+        takeover = self.waiting.takeover
+        held = takeover.next_own() or takeover.next_found()
+        if held is not None:
+            return held
+        policy = self.policy
+        while not self.closing.is_set():
+            p = policy.next()
+            if p is not None:
+                held = self.claim(p)
+                if held is not None:
+                    return held
+                continue
+            # No unit is free: every unit is claimed.
+            found = self.waiting.step()
+            if found is Next.WAIT:
+                self.waiting.pause()
+            elif found is Next.END:
+                return None
+            elif isinstance(found, Held):
+                return found
+        return None
+
+    def claim(self, p: int) -> Held | None:
+        """Claim the unit at position ``p``; after a lost claim, ``None``."""
+        policy = self.policy
+        identifier = policy.identifiers[p]
+        began = time.perf_counter()
+        held = self.claims.claim(identifier)
+        if held is not None:
+            self.stats.claim_latency.add(time.perf_counter() - began)
+            policy.won(p)
+            return self.hold(held, False)
+        self.stats.conflicts_lost += 1
+        _log.debug(
+            "%r lost the claim of unit %r to another learner", self.claims.learner_id, identifier
+        )
+        policy.lost(p)
+        return None
+
+    def hold(self, held: Held, reclaimed: bool) -> Held:
+        """Register a unit this learner now holds; report it."""
+        self.holdings.add(held)
+        self.stats.units_claimed += 1
+        if self.reporter is not None:
+            self.reporter.unit_claimed(held.identifier, reclaimed=reclaimed)
+        return held
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def load_unit(self, held: Held) -> bool:
+        """Load one held unit into the buffer; ``False`` if the queue was closed."""
+        buffer = self.buffer
+        items = 0
+        iterator: Iterator[Any] | None = None
+        identifier = held.identifier
+        try:
+            buffer.put_control(UnitStart(held))
+            iterator = iter(self.items_of(identifier))
+            while True:
+                if not buffer.wait_for_room():
+                    return False
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    break
+                if not buffer.put(item):
+                    return False
+                items += 1
+            buffer.put_control(UnitEnd(held, items))
+            return True
+        except Exception as exc:
+            raise _LoadFailed(f"in unit {identifier!r} after {items} item(s)", exc) from exc
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()

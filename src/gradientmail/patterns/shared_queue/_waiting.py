@@ -1,0 +1,193 @@
+"""A learner with no free unit: wait for the others, take units over, end the epoch.
+
+The one owner of what waiting means: the idle markers and the watchers
+(:mod:`~gradientmail.patterns.shared_queue._idle_markers`), the poll pacing, the leader's
+listing of ``done/`` and the end of the epoch. Each :meth:`Waiting.step` does one of
+them and says what the loader does next: claim again, hold a unit taken over, pause,
+or end.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gradientmail.patterns._leases import Lease, LeaseWatcher
+from gradientmail.patterns._run_layout import LEASES_PREFIX
+from gradientmail.patterns._workers import Backoff
+from gradientmail.patterns.shared_queue._holdings import Holdings
+from gradientmail.patterns.shared_queue._idle_markers import POLLS_PER_SECOND, IdleWatch
+from gradientmail.patterns.shared_queue._policy import ClaimPolicy
+from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._takeover import Hooks, Next, Takeover
+from gradientmail.patterns.shared_queue._unit_claims import Held, Scan, UnitClaims
+
+__all__ = ["Next", "Waiting"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Quiet:
+    """The end-of-epoch clocks (monotonic seconds)."""
+
+    #: Since when nobody seemed busy; ``None`` while someone is.
+    since: float | None = None
+    #: When a listing of ``done/`` last failed to show every unit.
+    confirmed_at: float = float("-inf")
+
+
+class Waiting:
+    """Waiting for the others, for one learner's loader thread.
+
+    Guarantees: the epoch ends only on a listing of ``done/`` that shows every unit (this
+    learner's, or the leader's ``complete`` record); a learner marks itself idle only once
+    every unit it holds is recorded; with ``wait_for_others=False``, or without
+    compare-and-swap, one scan decides.
+    """
+
+    def __init__(
+        self,
+        claims: UnitClaims,
+        lease: Lease,
+        *,
+        policy: ClaimPolicy,
+        holdings: Holdings,
+        stats: QueueStats,
+        closing: threading.Event,
+        wait_for_others: bool,
+        hold: Callable[[Held, bool], Held],
+    ) -> None:
+        self.claims = claims
+        self.policy = policy
+        self.holdings = holdings
+        self.stats = stats
+        self.closing = closing
+        self.wait_for_others = wait_for_others
+        #: ``True`` when the loader ended while other learners still held unfinished units.
+        self.others_unfinished = False
+        # While waiting, poll again after 100 ms, doubling up to one renewal period, and
+        # soon again whenever the idle markers changed (another learner ran out of work): a
+        # learner near the end notices it soon, one waiting long costs a small page per
+        # period. Each poll lists every marker, so the shortest delay grows with them.
+        period = lease.period
+        self.backoff = Backoff(period, floor=min(0.1, period))
+        self.quiet = _Quiet(confirmed_at=-period)
+        watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=lease.duration)
+        self.idle = IdleWatch(
+            claims.mailbox, claims.layout, claims.learner_id, claims.incarnation, watcher, period
+        )
+        hooks = Hooks(busy=self.idle.unmark, changed=self.backoff.reset, hold=hold)
+        self.takeover = Takeover(
+            claims, lease, watcher, policy=policy, holdings=holdings, stats=stats, hooks=hooks
+        )
+
+    def begin(self, scan: Scan) -> None:
+        """At the start: learn the members, place the walk, note an earlier self's units."""
+        members = self.idle.learners()
+        self.stats.listings += 1
+        self.policy.begin(scan.claimed, members)
+        if not self.claims.cas or self.claims.incarnation <= 1:
+            return  # no earlier incarnation of this learner: nothing of ours to take back
+        self.idle.forget_predecessor()
+        self.takeover.note_own(scan)
+
+    def pause(self) -> None:
+        """Wait one polling period (or until the queue closes)."""
+        self.closing.wait(self.backoff.next())  # a polling period, not a sync
+
+    def step(self) -> Held | Next:
+        """Nothing is free: end, take a unit over, claim again (``FREED``), or ``WAIT``."""
+        if not self.claims.cas or not self.wait_for_others:
+            return self._decide_once()
+        if self.look():
+            return Next.FREED  # a page showed a run still long elsewhere: share it
+        # Own units first: an idle marker means "holds nothing".
+        if not self.holdings.wait_at_most(0) or self.closing.is_set():
+            return Next.END
+        idle = self.idle
+        idle.mark()
+        poll = idle.poll()
+        self.stats.idle_polls += 1
+        # All waiting learners together poll about POLLS_PER_SECOND times a second at
+        # most: a poll lists every marker, so at 1,024 learners a fixed 100 ms would list a
+        # million keys a second. A learner then notices the end within about
+        # markers / POLLS_PER_SECOND seconds (0.5 s at 128 learners, 4 s at 1,024).
+        backoff = self.backoff
+        floor = min(0.1, backoff.ceiling)
+        backoff.floor = min(backoff.ceiling, max(floor, idle.markers / POLLS_PER_SECOND))
+        if poll.changed:
+            backoff.reset()
+        if poll.absent and self._woken(self.policy.sweep(poll.absent)):
+            return Next.FREED  # units of an absent learner's share were free: claim them
+        if poll.suspects:
+            found = self.takeover.reclaim()
+            idle.settle(poll.suspects)
+            return found
+        return self._at_rest(poll.nobody_busy, poll.changed)
+
+    def _at_rest(self, nobody_busy: bool, changed: bool) -> Held | Next:
+        """No suspect: wait, or, when nobody is busy, decide whether the epoch is over."""
+        quiet = self.quiet
+        if not nobody_busy:
+            quiet.since = None
+            return Next.WAIT
+        now = time.monotonic()
+        if quiet.since is None:
+            quiet.since = now
+        period = self.backoff.ceiling
+        if self.idle.ended():
+            return Next.END  # a learner listed done/ and found every unit done
+        if not self.idle.leads() and now - quiet.since < period:
+            return Next.WAIT  # the leader lists done/; its record ends this learner too
+        if not changed and now - quiet.confirmed_at < period:
+            return Next.WAIT  # the last confirmation failed and nothing changed since
+        if self.all_done():
+            self.idle.record_end(len(self.policy.identifiers))
+            return Next.END
+        quiet.confirmed_at = now
+        return self.takeover.reclaim()  # nobody works, yet units are open: read the claims
+
+    def _decide_once(self) -> Held | Next:
+        """Claims are permanent, or this learner does not wait: one scan decides."""
+        found = self.takeover.reclaim()
+        if found is Next.WAIT and not self.wait_for_others:
+            self.others_unfinished = True
+            holders = sorted(self.takeover.holders.items())
+            held = ", ".join(f"{owner} ({len(units)})" for owner, units in holders)
+            _log.warning(
+                "%r ends epoch %s with no unit free while other learners hold unfinished "
+                "units: %s; they finish them, or a restart with the same learner id does",
+                self.claims.learner_id,
+                self.claims.layout.epoch,
+                held or "(owners not read)",
+            )
+            return Next.END
+        return found
+
+    def look(self) -> bool:
+        """While resting, one more page of claims; whether it showed a run to share."""
+        return self._woken(self.policy.look())
+
+    def _woken(self, position: int | None) -> bool:
+        """Whether a search while waiting found a unit; if so this learner is busy again."""
+        if position is None:
+            return False
+        self.idle.unmark()  # it will hold units
+        return True
+
+    def all_done(self) -> bool:
+        """One listing of the completions: whether every unit of the epoch is done."""
+        prefix = self.claims.layout.done
+        cut = len(prefix)
+        position = self.policy.position
+        listed = done = 0
+        for key in self.claims.mailbox.list(prefix):
+            listed += 1
+            done += key[cut:] in position
+        self.stats.listings += 1
+        self.stats.listed_keys += listed
+        return done == len(position)
