@@ -12,7 +12,7 @@ Case 1: five targets at different rates feed three drafters between threads. Pri
 drafters' utilisation (busy time over drafters × wall) with one shared in-process pipeline
 and with round robin (target i → drafter i % 3), both in this run, and their ratio; and the
 worst drafter's time idle while an item sat in the buffer, as a share of the same run's wall
-time. Goal: idle while items waited ≤ 5 % of the run. (tests/patterns/test_pipeline.py
+time. Goal: idle while items waited ≤ 5 % of the run. (tests/patterns/pipeline/test_pipeline.py
 checks the invariant behind it, by events: no consumer ever starts to wait beside a
 buffered item, and no item is buffered while a consumer waits.)
 

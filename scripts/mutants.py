@@ -88,7 +88,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "return self.end is not None",
             ),
         ),
-        ("tests/patterns/test_pipeline_end_records.py",),
+        ("tests/patterns/pipeline/test_pipeline_end_records.py",),
         "a consumer treats a producer as exhausted once it has seen its end record, "
         "ignoring the count: items written between its missed read and the end are dropped",
     ),
@@ -110,7 +110,7 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
             ),
         ),
-        ("tests/patterns/test_pipeline_end_records.py",),
+        ("tests/patterns/pipeline/test_pipeline_end_records.py",),
         "an item missing although the end record counts it is skipped silently instead of "
         "raising a PipelineError naming the producer and the item",
     ),
@@ -123,7 +123,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 '            fields.get("count") or 0,\n',
             ),
         ),
-        ("tests/patterns/test_pipeline_end_records.py",),
+        ("tests/patterns/pipeline/test_pipeline_end_records.py",),
         "an end record without a count reads as count 0, so consumers finish early instead "
         "of raising a PipelineError naming the key",
     ),
@@ -141,7 +141,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        )\n",
             ),
         ),
-        ("tests/patterns/test_pipeline_declared_producers.py",),
+        ("tests/patterns/pipeline/test_pipeline_declared_producers.py",),
         "mailbox consumers stop once every *registered* producer ended, although a declared "
         "producer has not registered yet",
     ),
@@ -156,7 +156,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "                        self._closed = True\n",
             ),
         ),
-        ("tests/patterns/test_pipeline_declared_producers.py",),
+        ("tests/patterns/pipeline/test_pipeline_declared_producers.py",),
         "in-process consumers stop once every *registered* producer finished, although a "
         "declared producer has not registered yet",
     ),
@@ -175,7 +175,7 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
             ),
         ),
-        ("tests/patterns/test_loader_error_order.py",),
+        ("tests/patterns/shared_queue/test_loader_error_order.py",),
         "a pipeline consumer's prefetch thread delivers a producer's failure before the "
         "items it had already buffered",
     ),
@@ -209,7 +209,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "                self.buffer._not_empty.notify()\n",
             ),
         ),
-        ("tests/patterns/test_loader_error_order.py",),
+        ("tests/patterns/shared_queue/test_loader_error_order.py",),
         "shared_queue's loader error is delivered before the items buffered ahead of it",
     ),
     Mutant(
@@ -221,7 +221,9 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            while False:\n",
             ),
         ),
-        ("tests/patterns/test_lifecycle.py::test_completions_keep_up_units_held_stay_bounded",),
+        (
+            "tests/patterns/shared_queue/test_lifecycle.py::test_completions_keep_up_units_held_stay_bounded",
+        ),
         "the loader claims on however many units await their completion records, so a "
         "learner killed then leaves many trained but unrecorded units to train again",
     ),
@@ -234,7 +236,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if self.closing.is_set():\n",
             ),
         ),
-        ("tests/patterns/test_waiting.py",),
+        ("tests/patterns/shared_queue/test_waiting.py",),
         "a learner marks itself idle while its own units still await their completion "
         "records, so the others may end the epoch before they are done",
     ),
@@ -242,7 +244,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "epoch-ends-without-listing-done",
         "patterns/shared_queue/_waiting.py",
         (("        if self.all_done():\n", "        if True:\n"),),
-        ("tests/patterns/test_lifecycle.py", "tests/patterns/test_idle_watch.py"),
+        (
+            "tests/patterns/shared_queue/test_lifecycle.py",
+            "tests/patterns/shared_queue/test_idle_watch.py",
+        ),
         "with nobody busy, the leader ends the epoch without a listing of done/ showing "
         "every unit, though a learner may have died holding units unseen",
     ),
@@ -255,7 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        self._walk.won(position)\n",
             ),
         ),
-        ("tests/patterns/test_claim_policy.py",),
+        ("tests/patterns/shared_queue/test_claim_policy.py",),
         "after one lost claim the policy jumps (a page each) even once it wins again, "
         "instead of walking on from its last claim",
     ),
@@ -269,7 +274,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            walk.stops = set()\n",
             ),
         ),
-        ("tests/patterns/test_claim_policy.py",),
+        ("tests/patterns/shared_queue/test_claim_policy.py",),
         "a walk runs into the next member's first unit, a lost claim at every member's "
         "start, instead of stopping short of it",
     ),
@@ -282,7 +287,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "                    if False:\n",
             ),
         ),
-        ("tests/patterns/test_claim_policy.py",),
+        ("tests/patterns/shared_queue/test_claim_policy.py",),
         "both sweepers of a stretch start at the same unit, so two learners sweeping "
         "together lose a claim on every unit they meet",
     ),
@@ -295,7 +300,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if False:\n",
             ),
         ),
-        ("tests/patterns/test_claim_policy.py",),
+        ("tests/patterns/shared_queue/test_claim_policy.py",),
         "without partial listings a stale learner probes one lost claim after another "
         "and never refreshes what it believes with a listing",
     ),
@@ -323,7 +328,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        recorded = self._record(held)\n",
             ),
         ),
-        ("tests/patterns/test_waiting.py",),
+        ("tests/patterns/shared_queue/test_waiting.py",),
         "a unit leaves the holdings before its completion is recorded: left early then, "
         "it is neither done nor released, and waits a whole lease for a takeover",
     ),
@@ -366,7 +371,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        new = self.mailbox.get_versioned(self.layout.units + identifier)[1]\n",
             ),
         ),
-        ("tests/patterns/test_unit_claim_transitions.py",),
+        ("tests/patterns/shared_queue/test_unit_claim_transitions.py",),
         "a unit is taken over with a plain put: two takers both win, and a completed unit "
         "can be taken back from a stale read",
     ),
@@ -578,7 +583,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/learner.py",
         (("            if entry.seq >= pending:", "            if False:"),),
         (
-            "tests/patterns/test_exchange.py::test_lost_swap_responses_are_settled_by_the_ledger_exactly_once",
+            "tests/torch/test_exchange.py::test_lost_swap_responses_are_settled_by_the_ledger_exactly_once",
         ),
         "after a lost response the exchange applies its delta again instead of reading the "
         "ledger: a swap that landed is applied twice",
@@ -595,7 +600,7 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/test_exchange.py::test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it",
+            "tests/torch/test_exchange.py::test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it",
         ),
         "the stats count an exchange before its result is handed over, so a loop pacing "
         "itself on stats.exchanges finds nothing to adopt and starts no exchange",
@@ -610,7 +615,7 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/test_exchange.py::test_a_restart_with_the_same_id_continues_its_ledger_and_fences_the_old_process",
+            "tests/torch/test_exchange.py::test_a_restart_with_the_same_id_continues_its_ledger_and_fences_the_old_process",
         ),
         "a restarted learner does not fence the old process, which goes on applying with "
         "the same ledger entry",
@@ -624,7 +629,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "shared.to(current.device)\n",
             ),
         ),
-        ("tests/patterns/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
+        ("tests/torch/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
         "adopting a shared version throws away the local steps made while the exchange ran",
     ),
     Mutant(
@@ -636,7 +641,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if self._cached is not None:",
             ),
         ),
-        ("tests/patterns/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
+        ("tests/torch/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
         "a learner applies its delta to the version it last saw instead of the current one, "
         "overwriting the others' progress",
     ),
@@ -649,7 +654,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            if False:\n                self._leave()",
             ),
         ),
-        ("tests/patterns/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
+        ("tests/torch/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
         "leaving the with block normally does not exchange the steps made since the last exchange",
     ),
     Mutant(
@@ -662,7 +667,7 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/test_exchange.py::test_a_version_collected_while_it_is_read_is_read_again_from_the_new_head",
+            "tests/torch/test_exchange.py::test_a_version_collected_while_it_is_read_is_read_again_from_the_new_head",
         ),
         "a reader that meets a collected fragment uses what it has instead of reading the "
         "head again: a version read half from another",
@@ -672,7 +677,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "lease-takeover-after-periods",
         "patterns/_leases.py",
         (("        window = TAKEOVER_FRACTION * duration", "        window = period * 1.5"),),
-        ("tests/patterns/test_incarnation_takeover.py",),
+        ("tests/patterns/shared_queue/test_incarnation_takeover.py",),
         "a restart takes its id's lease over after 1.5 renewal periods, while the paused "
         "earlier incarnation still trusts its last renewal: both deliver",
     ),
@@ -686,7 +691,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            raise ForeignRecordError(",
             ),
         ),
-        ("tests/patterns/test_foreign_records.py",),
+        ("tests/patterns/shared_queue/test_foreign_records.py",),
         "a claim key holding bytes no learner wrote is skipped: its unit is never finished "
         "and the queue waits for it forever",
     ),
@@ -694,7 +699,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "refused-session-marks-failed",
         "session.py",
         (("        if refused and self._found_read and self._untouched():", "        if False:"),),
-        ("tests/patterns/test_refused_learner.py",),
+        ("tests/patterns/shared_queue/test_refused_learner.py",),
         "a Session left by a run's refusal publishes 'failed' over the finished learner's "
         "record, so status of a complete run exits 1",
     ),
@@ -709,7 +714,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "    if False:\n        pass",
             ),
         ),
-        ("tests/patterns/test_two_jobs_one_url.py",),
+        ("tests/patterns/shared_queue/test_two_jobs_one_url.py",),
         "a job refused in a race for the manifest leaves its identifier list behind",
     ),
     Mutant(
@@ -749,7 +754,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "                raise",
             ),
         ),
-        ("tests/patterns/test_ambiguous_writes.py",),
+        ("tests/patterns/shared_queue/test_ambiguous_writes.py",),
         "a renewal whose response was lost is not settled by the record: the holder keeps "
         "the old version and its next renewal thinks the lease was taken",
     ),
@@ -766,7 +771,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "                stored = mailbox.get(key)",
             ),
         ),
-        ("tests/patterns/test_ambiguous_writes.py",),
+        ("tests/patterns/shared_queue/test_ambiguous_writes.py",),
         "an ambiguous create of the manifest or the identifier list kills the learner",
     ),
     Mutant(
@@ -780,7 +785,7 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/test_refused_learner.py::test_resuming_with_the_same_ids_but_other_values_is_refused",
+            "tests/patterns/shared_queue/test_refused_learner.py::test_resuming_with_the_same_ids_but_other_values_is_refused",
         ),
         "a resume with the same identifiers but other unit values is accepted: old and new "
         "data mix in one run",

@@ -752,7 +752,7 @@ def test_the_training_example_runs_and_prints_the_status_command() -> None:
     import sys
     from pathlib import Path
 
-    example = Path(__file__).resolve().parents[2] / "examples" / "train_shared_queue.py"
+    example = Path(__file__).resolve().parents[3] / "examples" / "train_shared_queue.py"
     args = ["--shards", "8", "--batches", "2", "--batch-ms", "5"]
     done = subprocess.run(
         [sys.executable, str(example), *args], capture_output=True, text=True, timeout=300
