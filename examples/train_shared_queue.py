@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import multiprocessing as mp
 import os
-import queue
-import shutil
 import sys
 import tempfile
 import time
@@ -47,13 +46,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import demo_compare as harness  # the measuring around the demo, not part of the loop
 import torch
 from torch import nn
 
 import gradientmail
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.session import Session
-from gradientmail.torch import Exchange, load_shared
+from gradientmail.torch import Exchange
 
 VOCAB = 64
 SEQ = 32
@@ -107,6 +107,12 @@ class TinyLM(nn.Module):
         return self.mlp(pairs)  # type: ignore[no-any-return]
 
 
+def token_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """The mean loss of predicting each token from the two before it."""
+    logits = model(tokens[:, :-1])
+    return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 2:].reshape(-1))
+
+
 def schedule(step: int, total: int, base: float = 3e-3, warmup: int = 20) -> float:
     """Linear warm-up, then cosine decay, by global step."""
     if step < warmup:
@@ -136,7 +142,6 @@ def learner(
     box = gradientmail.from_url(url)
     model = TinyLM()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
-    loss_fn = nn.CrossEntropyLoss()
     busy = 0.0
     loss = float("nan")
     start.wait()  # every process has imported torch and built its model
@@ -158,8 +163,7 @@ def learner(
             began = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = schedule(step, total_steps)
-            logits = model(tokens[:, :-1])
-            batch_loss = loss_fn(logits.reshape(-1, VOCAB), tokens[:, 2:].reshape(-1))
+            batch_loss = token_loss(model, tokens)
             optimizer.zero_grad()
             batch_loss.backward()
             optimizer.step()
@@ -188,120 +192,6 @@ def learner(
             "blocked": shared.blocked_s if shared else 0.0,
         }
     )
-
-
-# -- held-out loss, and the lockstep baseline --------------------------------------------------
-
-
-def heldout_loss(model: nn.Module, heldout: torch.Tensor) -> float:
-    """The mean next-token loss on held-out batches."""
-    with torch.no_grad():
-        logits = model(heldout[:, :-1])
-        targets = heldout[:, 2:].reshape(-1)
-        return float(nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets))
-
-
-def lockstep(
-    units: dict[str, Any], slowdowns: list[float], base_seconds: float, heldout: torch.Tensor
-) -> list[tuple[float, float]]:
-    """Lockstep data parallel on the same batches: each step averages one batch per learner
-    and takes the slowest learner's time, as DDP does. Returns (seconds, held-out loss)."""
-    torch.manual_seed(0)
-    model = TinyLM()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
-    batches = [b for unit in sorted(units.values()) for b in load_unit(unit)]
-    total = len(batches)
-    width = len(slowdowns)
-    clock = 0.0
-    curve = [(0.0, heldout_loss(model, heldout))]
-    for first in range(0, total, width):
-        began = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = schedule(first, total)
-        optimizer.zero_grad()
-        for _, tokens in batches[first : first + width]:
-            logits = model(tokens[:, :-1])
-            loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 2:].reshape(-1))
-            (loss / width).backward()
-        optimizer.step()
-        # Each rank computes its batch at its own pace; the all-reduce waits for the slowest.
-        clock += max(base_seconds * max(slowdowns), time.perf_counter() - began)
-        curve.append((clock, heldout_loss(model, heldout)))
-    return curve
-
-
-def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
-    """The first time a (seconds, loss) curve reaches ``target``, or None."""
-    return next((t for t, loss in curve if loss <= target), None)
-
-
-# -- the run ----------------------------------------------------------------------------------
-
-
-def sample_shared(
-    box: Any, heldout: torch.Tensor, results: Any, learners: int, began: float, every: int
-) -> tuple[list[tuple[float, float]], list[dict[str, Any]]]:
-    """Collect the learners' reports; meanwhile sample the shared model's held-out loss."""
-    model = TinyLM()
-    curve: list[tuple[float, float]] = []
-    reports: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 600
-    while len(reports) < learners:
-        if time.monotonic() > deadline:
-            raise TimeoutError("the learners did not finish within 600 s")
-        if every:
-            try:
-                load_shared(model, box)
-                curve.append((time.time() - began, heldout_loss(model, heldout)))
-            except gradientmail.ConfigurationError:
-                pass  # not published yet
-        try:
-            reports.append(results.get(timeout=0.2))  # also the sampling period
-        except queue.Empty:
-            continue
-    if every:
-        load_shared(model, box)  # the final version, after everyone left
-        end = max(r["end"] for r in reports) - began
-        curve.append((end, heldout_loss(model, heldout)))
-    return curve, reports
-
-
-def compare(
-    shared: list[tuple[float, float]], steps: list[tuple[float, float]], reports: list[Any]
-) -> None:
-    """Print the time each run took to reach the lockstep run's final loss (+1 %)."""
-    target = steps[-1][1] * 1.01
-    ours, theirs = time_to(shared, target), time_to(steps, target)
-    exchanges = sum(r["exchanges"] for r in reports)
-    staleness = sum(r["staleness"] * r["exchanges"] for r in reports) / max(1, exchanges)
-    blocked = sum(r["blocked"] for r in reports) / max(1e-9, sum(r["busy"] for r in reports))
-    print(
-        f"\none shared model: held-out loss {shared[-1][1]:.3f} at {shared[-1][0]:.1f}s; "
-        f"{exchanges} exchanges, mean staleness {staleness:.1f} versions, step() blocked "
-        f"{blocked:.2%} of the learners' time"
-    )
-    print(
-        f"lockstep data parallel (each step at the slowest learner's pace), same batches: "
-        f"held-out loss {steps[-1][1]:.3f} at {steps[-1][0]:.1f}s"
-    )
-    if ours is None or theirs is None:
-        print(f"time to loss {target:.3f}: the shared model did not reach it")
-        return
-    print(
-        f"time to loss {target:.3f} (lockstep's final + 1 %): shared model {ours:.1f}s, "
-        f"lockstep {theirs:.1f}s ({ours / theirs:.2f}x)"
-    )
-
-
-def _cli() -> str:
-    """How to run the ``gradientmail`` command from here: the venv's script, if not on PATH."""
-    script = Path(sys.executable).parent / "gradientmail"
-    if shutil.which("gradientmail") == str(script) or not script.exists():
-        return "gradientmail"
-    try:
-        return str(script.relative_to(Path.cwd()))
-    except ValueError:
-        return str(script)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,30 +264,29 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(proc)
     start.wait()
     began = time.time()
-    shared_curve, reports = sample_shared(box, heldout, results, len(procs), began, every)
-    reports.sort(key=lambda r: r["name"])
+    evaluate = functools.partial(harness.heldout_loss, heldout=heldout, loss_of=token_loss)
+    shared_curve, reports = harness.sample_shared(
+        box, TinyLM(), evaluate, results, len(procs), began, every
+    )
     for proc in procs:
         proc.join(timeout=60)
     makespan = max(r["end"] for r in reports) - began
 
-    print(
-        f"\n{'learner':<10} {'slowdown':>8} {'units':>6} {'samples':>8} {'busy s':>7} {'loss':>6}"
-    )
-    for r in reports:
-        print(
-            f"{r['name']:<10} {r['slowdown']:>7g}x {r['units']:>6} {r['samples']:>8} "
-            f"{r['busy']:>7.1f} {r['loss']:>6.3f}"
-        )
-    # A fixed split gives every learner len(units)/N shards at its measured pace per shard.
-    per_learner = len(units) / len(reports)
-    fixed = max(r["busy"] / r["units"] * per_learner for r in reports if r["units"])
-    print(
-        f"\nmakespan {makespan:.1f}s with the shared queue; a fixed split of "
-        f"{per_learner:g} shards each would take {fixed:.1f}s ({fixed / makespan:.1f}x longer)"
-    )
+    harness.print_reports(reports, len(units), makespan)
     if every:
-        compare(shared_curve, lockstep(units, slowdowns, args.batch_ms / 1000.0, heldout), reports)
-    print(f"\nSee the run:\n  {_cli()} status {url} --plot run.png")
+        torch.manual_seed(0)
+        batches = [b for unit in sorted(units.values()) for b in load_unit(unit)]
+        steps = harness.lockstep(
+            TinyLM(),
+            batches,
+            token_loss,
+            functools.partial(schedule, total=len(batches)),
+            slowdowns,
+            args.batch_ms / 1000.0,
+            evaluate,
+        )
+        harness.compare(shared_curve, steps, reports)
+    print(f"\nSee the run:\n  {harness.cli()} status {url}")
     return 0 if all(proc.exitcode == 0 for proc in procs) else 1
 
 
