@@ -46,6 +46,7 @@ from gradientmail._errors import (
     RunMismatchError,
 )
 from gradientmail._keys import validate_segment
+from gradientmail._session_parts import Found, Lifecycle, Publication, Rate, UnitLog
 from gradientmail.backends._options import positive, redact
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._claims import decode_record, encode_record
@@ -56,11 +57,9 @@ from gradientmail.patterns._progress import (
     push_reporter,
 )
 from gradientmail.patterns._run_layout import LEARNERS_PREFIX
+from gradientmail.patterns._workers import Worker
 
 __all__ = ["LEARNERS_PREFIX", "Session", "active_session"]
-
-#: Weight of the newest period in the smoothed samples-per-second rate.
-RATE_SMOOTHING = 0.5
 
 _log = logging.getLogger(__name__)
 
@@ -91,31 +90,31 @@ class Session:
     def __init__(self, mailbox: Mailbox, learner_id: str, *, publish_every: float = 5.0) -> None:
         self.mailbox = mailbox
         self.learner_id = validate_segment(learner_id, "learner id")
-        self.publish_every = float(positive(publish_every, "publish_every (seconds)"))
-        self.key = LEARNERS_PREFIX + self.learner_id
+        self._publication = Publication(float(positive(publish_every, "publish_every (seconds)")))
         self.steps = 0
         self.samples = 0
-        self.publish_error: BaseException | None = None
         self.data_wait_s = 0.0
         self._timing = False  # inside timed(): its own measurement includes the queue's wait
-        self._lock = threading.Lock()  # guards units and the published snapshot
-        # id → [claimed, started, finished, items, reclaimed]
-        self._units: dict[str, list[Any]] = {}
-        #: The record found at ``learners/{id}`` on entering (``None``: none), and whether
-        #: it could be read at all; and the counters on entering.
-        self._found: bytes | None = None
-        self._found_read = False
-        self._entered: tuple[int, int, int, int] = (0, 0, 0, 0)
-        self._units_finished = 0
-        self._state = "new"
-        self._error: str | None = None
-        self._started_at = 0.0
-        self._finished_at: float | None = None
-        self._rate = 0.0
-        self._rate_mark: tuple[float, int] | None = None  # (monotonic, samples) at last publish
-        self._last_published: tuple[int, int, int, int, str, float] | None = None
-        self._stop = threading.Event()
-        self._publisher: threading.Thread | None = None
+        self._units = UnitLog()
+        self._life = Lifecycle()
+        self._found = Found()
+        self._rate = Rate()
+        self._publisher = Worker(f"gradientmail-session-{self.learner_id}", self._publish_every)
+
+    @property
+    def publish_every(self) -> float:
+        """Seconds between progress publications."""
+        return self._publication.every
+
+    @property
+    def publish_error(self) -> BaseException | None:
+        """The last error a periodic publish raised, or ``None`` once one succeeded again."""
+        return self._publication.error
+
+    @property
+    def key(self) -> str:
+        """This learner's record: ``learners/{learner_id}``."""
+        return LEARNERS_PREFIX + self.learner_id
 
     # -- the hot path -------------------------------------------------------------------------
 
@@ -163,30 +162,19 @@ class Session:
 
         ``reclaimed`` marks a unit taken over from a learner that died or left.
         """
-        with self._lock:
-            self._units[identifier] = [time.time(), None, None, 0, reclaimed]
+        self._units.claimed(identifier, reclaimed)
 
     def unit_released(self, identifier: str) -> None:
         """Record that this learner gave ``identifier`` back unfinished (it left early)."""
-        with self._lock:
-            entry = self._units.get(identifier)
-            if entry is not None and entry[2] is None:
-                del self._units[identifier]
+        self._units.released(identifier)
 
     def unit_started(self, identifier: str) -> None:
         """Record that the unit's first item reached the training loop."""
-        with self._lock:
-            entry = self._units.setdefault(identifier, [None, None, None, 0, False])
-            entry[1] = time.time()
+        self._units.started(identifier)
 
     def unit_finished(self, identifier: str, items: int) -> None:
         """Record that the training loop took every item of the unit."""
-        with self._lock:
-            entry = self._units.setdefault(identifier, [None, None, None, 0, False])
-            if entry[2] is None:
-                self._units_finished += 1
-            entry[2] = time.time()
-            entry[3] = items
+        self._units.done(identifier, items)
 
     @property
     def units_claimed(self) -> int:
@@ -196,32 +184,22 @@ class Session:
     @property
     def units_finished(self) -> int:
         """Units whose every item the training loop took."""
-        return self._units_finished
+        return self._units.finished
 
     # -- publishing ---------------------------------------------------------------------------
 
     def record(self) -> dict[str, Any]:
         """The progress record as published (see :mod:`gradientmail.status`)."""
-        now = time.monotonic()
         samples = self.samples
-        if self._rate_mark is None:
-            elapsed = max(time.time() - self._started_at, 1e-9)
-            rate = samples / elapsed if self._started_at else 0.0
-        else:
-            then, before = self._rate_mark
-            instant = (samples - before) / max(now - then, 1e-9)
-            rate = RATE_SMOOTHING * instant + (1 - RATE_SMOOTHING) * self._rate
-        self._rate, self._rate_mark = rate, (now, samples)
-        with self._lock:
-            units = [[ident, *entry[:3], entry[4]] for ident, entry in self._units.items()]
-            finished = self._units_finished
+        rate = self._rate.update(samples, self._life.started_at)
+        units, finished = self._units.rows()
         return {
             "learner": self.learner_id,
-            "state": self._state,
-            "error": self._error,
-            "started_at": self._started_at,
+            "state": self._life.state,
+            "error": self._life.error,
+            "started_at": self._life.started_at,
             "updated_at": time.time(),
-            "finished_at": self._finished_at,
+            "finished_at": self._life.finished_at,
             "steps": self.steps,
             "samples": samples,
             "rate": rate,
@@ -236,7 +214,7 @@ class Session:
         """Write the progress record now (one ``put``). Raises the store's error."""
         body = self.record()
         self.mailbox.put(self.key, encode_record(body))
-        self._last_published = (
+        self._publication.last = (
             body["steps"],
             body["samples"],
             body["units_claimed"],
@@ -250,23 +228,23 @@ class Session:
             self.steps,
             self.samples,
             len(self._units),
-            self._units_finished,
-            self._state,
+            self._units.finished,
+            self._life.state,
             self.data_wait_s,
         )
-        return current != self._last_published
+        return current != self._publication.last
 
-    def _publish_periodically(self) -> None:
-        while not self._stop.wait(self.publish_every):
+    def _publish_every(self, stop: threading.Event) -> None:
+        while not stop.wait(self.publish_every):
             if not self._changed():
                 continue
             try:
                 self.publish()
-                self.publish_error = None
+                self._publication.error = None
             except BackendError as exc:
                 # Training goes on; the next period retries. Warn once per failing streak.
-                level = logging.DEBUG if self.publish_error is not None else logging.WARNING
-                self.publish_error = exc
+                level = logging.DEBUG if self._publication.error is not None else logging.WARNING
+                self._publication.error = exc
                 _log.log(
                     level,
                     "learner %r could not publish its progress to %s (the next period "
@@ -279,23 +257,18 @@ class Session:
     # -- context manager ----------------------------------------------------------------------
 
     def __enter__(self) -> Session:
-        if self._state != "new":
+        if self._life.state != "new":
             raise ConfigurationError(
                 f"session {self.learner_id!r} was already entered; use one Session per run"
             )
         self._warn_if_queue_runs()
         self._resume()
-        self._entered = (self.steps, self.samples, self._units_finished, len(self._units))
-        self._started_at = time.time()
-        self._rate_mark = (time.monotonic(), self.samples)
-        self._state = "running"
+        self._found.entered = self._counters()
+        self._life.started_at = time.time()
+        self._rate.start(self.samples)
+        self._life.state = "running"
         self.publish()
         push_reporter(self)
-        self._publisher = threading.Thread(
-            target=self._publish_periodically,
-            name=f"gradientmail-session-{self.learner_id}",
-            daemon=True,
-        )
         self._publisher.start()
         return self
 
@@ -319,21 +292,16 @@ class Session:
         queue takes them back and reports them again.
         """
         try:
-            self._found = self.mailbox.get(self.key)
+            self._found.record = self.mailbox.get(self.key)
         except KeyNotFoundError:
-            self._found = None
+            self._found.record = None
         except BackendError:
             return
-        self._found_read = True
-        prior = None if self._found is None else decode_record(self._found)
+        self._found.read = True
+        prior = None if self._found.record is None else decode_record(self._found.record)
         if not prior:
             return
-        for entry in prior.get("units") or []:
-            if isinstance(entry, list) and len(entry) >= 4 and entry[3] is not None:
-                ident, claimed, started, finished = entry[:4]
-                reclaimed = bool(entry[4]) if len(entry) > 4 else False
-                self._units[str(ident)] = [claimed, started, finished, 0, reclaimed]
-                self._units_finished += 1
+        self._units.restore(prior.get("units"))
         for name in ("steps", "samples"):
             value = prior.get(name)
             if isinstance(value, int) and value > 0:
@@ -346,22 +314,20 @@ class Session:
         tb: TracebackType | None,
     ) -> None:
         pop_reporter(self)
-        self._stop.set()
-        if self._publisher is not None:
-            self._publisher.join()
-        self._finished_at = time.time()
+        self._publisher.stop()
+        self._life.finished_at = time.time()
         refused = exc_type is not None and issubclass(exc_type, RunMismatchError)
-        if refused and self._found_read and self._untouched():
-            self._put_back()
+        if refused and self._found.read and self._counters() == self._found.entered:
+            self._put_back()  # nothing happened in this session: no step, sample or unit
             return
         if exc_type is None:
-            self._state = "finished"
+            self._life.state = "finished"
         else:
-            self._state = "failed"
+            self._life.state = "failed"
             name = exc_type.__qualname__
             if exc_type.__module__ not in ("builtins", "__main__"):
                 name = f"{exc_type.__module__}.{name}"
-            self._error = name
+            self._life.error = name
         try:
             self.publish()
         except BackendError as error:
@@ -370,14 +336,13 @@ class Session:
             _log.warning(
                 "learner %r could not publish its final state (%s) to %s: %s",
                 self.learner_id,
-                self._state,
+                self._life.state,
                 redact(self.mailbox.url),
                 error,
             )
 
-    def _untouched(self) -> bool:
-        """Nothing happened in this session: no step, sample, unit or data wait."""
-        return (self.steps, self.samples, self._units_finished, len(self._units)) == self._entered
+    def _counters(self) -> tuple[int, int, int, int]:
+        return (self.steps, self.samples, self._units.finished, len(self._units))
 
     def _put_back(self) -> None:
         """Restore the record this session found (none: remove its own), as if never entered.
@@ -386,10 +351,10 @@ class Session:
         run, so a finished learner of the same id stays finished in ``gradientmail status``.
         """
         try:
-            if self._found is None:
+            if self._found.record is None:
                 self.mailbox.delete(self.key)
             else:
-                self.mailbox.put(self.key, self._found)
+                self.mailbox.put(self.key, self._found.record)
         except BackendError as error:
             _log.warning(
                 "learner %r, refused by the run, could not restore its earlier record at %s: %s",
@@ -400,6 +365,6 @@ class Session:
 
     def __repr__(self) -> str:
         return (
-            f"<Session learner={self.learner_id!r} state={self._state} steps={self.steps} "
+            f"<Session learner={self.learner_id!r} state={self._life.state} steps={self.steps} "
             f"samples={self.samples} mailbox={self.mailbox.url!r}>"
         )

@@ -1,0 +1,142 @@
+"""The parts of a :class:`~gradientmail.session.Session` that keep state of their own.
+
+* :class:`UnitLog`: the units a learner reported (claimed, started, finished), guarded by
+  its own lock, because the queue's threads report while the publisher reads;
+* :class:`Rate`: the smoothed samples-per-second figure, updated once per publication;
+* :class:`Lifecycle`: the state the record publishes, and when it began and ended;
+* :class:`Found`: what the learner's record held on entering, to resume from or to put back;
+* :class:`Publication`: the publisher's period, its last error and what it last wrote.
+
+None does I/O: the session reads and writes the store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RATE_SMOOTHING", "Found", "Lifecycle", "Publication", "Rate", "UnitLog"]
+
+#: Weight of the newest period in the smoothed samples-per-second rate.
+RATE_SMOOTHING = 0.5
+
+
+class UnitLog:
+    """Units by id: ``[claimed, started, finished, items, reclaimed]``, times from ``time.time``.
+
+    Every method takes the lock; :attr:`finished` counts units with a finish time.
+    """
+
+    __slots__ = ("_entries", "_lock", "finished")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, list[Any]] = {}
+        self.finished = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def claimed(self, identifier: str, reclaimed: bool) -> None:
+        """``identifier`` was claimed now (``reclaimed``: taken over from another)."""
+        with self._lock:
+            self._entries[identifier] = [time.time(), None, None, 0, reclaimed]
+
+    def released(self, identifier: str) -> None:
+        """``identifier`` went back unfinished: forget it (a finished unit stays)."""
+        with self._lock:
+            entry = self._entries.get(identifier)
+            if entry is not None and entry[2] is None:
+                del self._entries[identifier]
+
+    def started(self, identifier: str) -> None:
+        """The unit's first item reached the training loop now."""
+        with self._lock:
+            self._entry(identifier)[1] = time.time()
+
+    def done(self, identifier: str, items: int) -> None:
+        """The training loop took the unit's every item (``items`` of them) now."""
+        with self._lock:
+            entry = self._entry(identifier)
+            if entry[2] is None:
+                self.finished += 1
+            entry[2] = time.time()
+            entry[3] = items
+
+    def _entry(self, identifier: str) -> list[Any]:
+        return self._entries.setdefault(identifier, [None, None, None, 0, False])
+
+    def rows(self) -> tuple[list[list[Any]], int]:
+        """The published rows ``[id, claimed, started, finished, reclaimed]``, and finished."""
+        with self._lock:
+            rows = [[ident, *entry[:3], entry[4]] for ident, entry in self._entries.items()]
+            return rows, self.finished
+
+    def restore(self, rows: object) -> None:
+        """Take back the finished units of an earlier record's rows; drop the rest."""
+        with self._lock:
+            for row in rows if isinstance(rows, list) else []:
+                if isinstance(row, list) and len(row) >= 4 and row[3] is not None:
+                    ident, claimed, started, finished = row[:4]
+                    reclaimed = bool(row[4]) if len(row) > 4 else False
+                    self._entries[str(ident)] = [claimed, started, finished, 0, reclaimed]
+                    self.finished += 1
+
+
+class Rate:
+    """Samples per second: over the whole run at first, then smoothed between publications."""
+
+    __slots__ = ("_mark", "_rate")
+
+    def __init__(self) -> None:
+        self._rate = 0.0
+        self._mark: tuple[float, int] | None = None  # (monotonic, samples) at the last update
+
+    def start(self, samples: int) -> None:
+        """Measure from now, at ``samples`` samples."""
+        self._mark = (time.monotonic(), samples)
+
+    def update(self, samples: int, started_at: float) -> float:
+        """The rate now, at ``samples`` samples; becomes the mark for the next one."""
+        now = time.monotonic()
+        if self._mark is None:
+            elapsed = max(time.time() - started_at, 1e-9)
+            rate = samples / elapsed if started_at else 0.0
+        else:
+            then, before = self._mark
+            instant = (samples - before) / max(now - then, 1e-9)
+            rate = RATE_SMOOTHING * instant + (1 - RATE_SMOOTHING) * self._rate
+        self._rate, self._mark = rate, (now, samples)
+        return rate
+
+
+@dataclass
+class Lifecycle:
+    """``new`` → ``running`` → ``finished`` or ``failed`` (with the error's type name)."""
+
+    state: str = "new"
+    error: str | None = None
+    started_at: float = 0.0
+    finished_at: float | None = None
+
+
+@dataclass
+class Found:
+    """The record at ``learners/{id}`` on entering, whether it could be read at all, and the
+    session's counters (steps, samples, units finished, units) once it was resumed."""
+
+    record: bytes | None = None
+    read: bool = False
+    entered: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+
+@dataclass
+class Publication:
+    """Seconds between publications, the last error a periodic one raised (``None`` once one
+    succeeds again), and the counters of the last record written, to skip unchanged ones."""
+
+    every: float
+    error: BaseException | None = None
+    last: tuple[int, int, int, int, str, float] | None = None
