@@ -580,7 +580,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the asynchronous parameter exchange ----------------------------------------------------
     Mutant(
         "exchange-ledger-ignored",
-        "_exchange/learner.py",
+        "_exchange/applier.py",
         (("            if entry.seq >= pending:", "            if False:"),),
         (
             "tests/torch/test_exchange.py::test_lost_swap_responses_are_settled_by_the_ledger_exactly_once",
@@ -593,10 +593,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/learner.py",
         (
             (
-                "        return self._anchor, head.version, count",
+                "        return self._applier.apply(snapshot, leaving, blocked_s)",
+                "        shared, version, count = self._applier.apply(\n"
+                "            snapshot, leaving, blocked_s\n"
+                "        )\n"
                 "        with self._lock:\n"
                 "            self._stats = count(self._stats)\n"
-                "        return self._anchor, head.version, lambda s: s",
+                "        return shared, version, lambda s: s",
             ),
         ),
         (
@@ -634,7 +637,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-stale-cache",
-        "_exchange/learner.py",
+        "_exchange/applier.py",
         (
             (
                 "        if self._cached is not None and self._cached[0] == head.token:",
@@ -698,7 +701,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "refused-session-marks-failed",
         "session.py",
-        (("        if refused and self._found_read and self._untouched():", "        if False:"),),
+        (
+            (
+                "        if refused and self._found.read and self._counters()"
+                " == self._found.entered:",
+                "        if False:",
+            ),
+        ),
         ("tests/patterns/shared_queue/test_refused_learner.py",),
         "a Session left by a run's refusal publishes 'failed' over the finished learner's "
         "record, so status of a complete run exits 1",

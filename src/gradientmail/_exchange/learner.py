@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from types import TracebackType
 
 import torch
@@ -16,15 +15,14 @@ from gradientmail._errors import (
     ConfigurationError,
     LeaseLostError,
     NotSupportedError,
-    OutcomeUnknownError,
 )
-from gradientmail._exchange.layout import Head, Keys
+from gradientmail._exchange.applier import Applied, Applier
+from gradientmail._exchange.layout import Keys
 from gradientmail._exchange.membership import Membership
-from gradientmail._exchange.rules import OuterRule, resolve, staleness_weight
+from gradientmail._exchange.rules import OuterRule, OuterStep, resolve
 from gradientmail._exchange.stats import ExchangeStats
 from gradientmail._exchange.store import (
     SharedStore,
-    Superseded,
     assign,
     check_wire,
     describe,
@@ -103,34 +101,42 @@ class Exchange:
                 "learner's progress exactly once; use file://, s3://, gs://, az:// or memory://"
             )
         self.model = model
-        self.learner_id = validate_segment(
+        self.every = positive(every, "every", integer=True)
+        learner = validate_segment(
             launcher_learner_id() if learner_id is None else learner_id, "learner id"
         )
-        self.every = positive(every, "every", integer=True)
-        self.rule = resolve(outer, outer_lr)
+        rule = resolve(outer, outer_lr)
         if staleness is not None and not (isinstance(staleness, (int, float)) and staleness >= 0):
             raise ConfigurationError(f"staleness must be a number >= 0 or None, not {staleness!r}")
-        self.staleness = staleness
-        self.max_staleness = positive(max_staleness, "max_staleness", integer=True, allow_none=True)
-        self.lease = lease_seconds(lease)
-        self.numel = sum(p.numel() for p in model.parameters())
-        if self.numel == 0:
+        limit = positive(max_staleness, "max_staleness", integer=True, allow_none=True)
+        numel = sum(p.numel() for p in model.parameters())
+        if numel == 0:
             raise ConfigurationError("the model has no parameters to share")
-        self.store = SharedStore(
+        store = SharedStore(
             mailbox,
             Keys(name),
             check_wire(wire),
             positive(fragment_bytes, "fragment_bytes", integer=True),
             positive(keep, "keep", integer=True),
         )
-        self._layout = {
+        layout = {
             "params": describe(model),
-            "numel": self.numel,
+            "numel": numel,
             "wire": wire,
-            "rule": self.rule.name,
-            "parts": self.rule.parts,
+            "rule": rule.name,
+            "parts": rule.parts,
         }
-        self.membership = Membership(self.store, self.learner_id, new_write_id())
+        # Owned by the exchange thread once started (the training thread joins before it):
+        self._applier = Applier(
+            store,
+            Membership(store, learner, new_write_id()),
+            OuterStep(rule, staleness, limit),
+            learner_id=learner,
+            numel=numel,
+            lease=lease_seconds(lease),
+            layout=layout,
+            on_conflict=self._conflicted,
+        )
         self._stats = ExchangeStats()
         self._lock = threading.Condition()
         self._job: tuple[torch.Tensor | None, bool] | None = None  # (snapshot, leaving)
@@ -140,29 +146,31 @@ class Exchange:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._since = 0
-        # Owned by the exchange thread once started:
-        self._seq = 0
-        self._anchor: torch.Tensor = torch.empty(0)
-        self._anchor_version = -1
-        self._cached: tuple[str, torch.Tensor] | None = None
 
     # -- the training loop's side ------------------------------------------------------------
 
     @property
+    def learner_id(self) -> str:
+        """This learner's id in the shared model."""
+        return self._applier.learner_id
+
+    @property
     def stats(self) -> ExchangeStats:
         """This learner's figures so far (a snapshot; see :class:`ExchangeStats`)."""
+        store = self._applier.store
         with self._lock:
             return replace(
                 self._stats,
-                unknown_outcomes=self.membership.unknown_outcomes,
-                requests=self.store.requests,
-                bytes_read=self.store.bytes_read,
-                bytes_written=self.store.bytes_written,
+                unknown_outcomes=self._applier.membership.unknown_outcomes,
+                requests=store.requests,
+                bytes_read=store.bytes_read,
+                bytes_written=store.bytes_written,
             )
 
     def __enter__(self) -> Exchange:
-        state, version = self._join()
-        assign(self.model, state[: self.numel])
+        state, version = self._applier.join(lambda: flat(self.model).cpu())
+        self._stats = replace(self._stats, version=version)
+        assign(self.model, state[: self._applier.numel])
         self._thread = threading.Thread(
             target=self._run, name=f"gradientmail-exchange-{self.learner_id}", daemon=True
         )
@@ -170,7 +178,7 @@ class Exchange:
         log.info(
             "%s joined shared model %r at version %d",
             self.learner_id,
-            self.store.keys.name,
+            self._applier.store.keys.name,
             version,
         )
         return self
@@ -224,7 +232,7 @@ class Exchange:
     def _submit_locked(self, leaving: bool) -> None:
         """Hand the thread a snapshot; when leaving with no step since the last, none."""
         if leaving and self._since == 0:
-            self._snapshot = self._anchor  # the local model is the adopted version
+            self._snapshot = self._applier.anchor  # the local model is the adopted version
             self._job = (None, leaving)
         else:
             self._snapshot = flat(self.model)
@@ -263,14 +271,13 @@ class Exchange:
                     return
                 snapshot, leaving = self._job
                 self._job = None
+                blocked = self._stats.blocked_s
             count: Callable[[ExchangeStats], ExchangeStats] | None = None
             try:
                 if snapshot is None:
-                    self.membership.mark_left()
-                    shared, version = self._anchor, self._anchor_version
+                    shared, version = self._applier.leave()
                 else:
-                    delta = snapshot.detach().to("cpu", torch.float32) - self._anchor
-                    shared, version, count = self._apply(delta, leaving)
+                    shared, version, count = self._apply(snapshot, leaving, blocked)
             except BaseException as exc:  # noqa: BLE001 - carried to the training loop
                 with self._lock:
                     self._error = exc
@@ -284,115 +291,10 @@ class Exchange:
                 self._result = (shared, version)
                 self._lock.notify_all()
 
-    def _join(self) -> tuple[torch.Tensor, int]:
-        """Publish the initial parameters, or register with the shared ones and load them."""
-        self.store.ensure_layout(self._layout)
-        extra = self.numel * (self.rule.parts - 1)
-        head, state = self.membership.join(
-            lambda: torch.cat([flat(self.model).cpu(), torch.zeros(extra)])
-        )
-        return self._adopted(state, head.version, head.token, head.learners[self.learner_id].seq)
+    def _apply(self, snapshot: torch.Tensor, leaving: bool, blocked_s: float) -> Applied:
+        """Apply the progress up to ``snapshot`` through the applier (on the exchange thread)."""
+        return self._applier.apply(snapshot, leaving, blocked_s)
 
-    def _adopted(
-        self, state: torch.Tensor, version: int, token: str, seq: int
-    ) -> tuple[torch.Tensor, int]:
-        self._seq = seq
-        self._anchor = state[: self.numel].clone()
-        self._anchor_version = version
-        self._cached = (token, state)
-        self._stats = replace(self._stats, version=version)
-        return state, version
-
-    def _apply(
-        self, delta: torch.Tensor, leaving: bool
-    ) -> tuple[torch.Tensor, int, Callable[[ExchangeStats], ExchangeStats]]:
-        """Apply ``delta`` to the current shared version exactly once.
-
-        Returns what to adopt, and how the stats count it (``_run`` publishes both at once).
-        """
-        store = self.store
-        pending = self._seq + 1
-        while True:
-            got = store.read_head()
-            if got is None:
-                raise ConfigurationError(
-                    f"the head of {store.keys.base} was deleted during the run"
-                )
-            head, expected = got
-            entry = head.learners.get(self.learner_id)
-            if entry is None or not self.membership.registered(head):
-                raise LeaseLostError(
-                    f"learner {self.learner_id} was replaced in shared model "
-                    f"{store.keys.name!r} by a newer process with the same learner id; this "
-                    "one applies nothing more",
-                    learner=self.learner_id,
-                )
-            try:
-                current = self._state_of(head)
-            except Superseded:
-                continue
-            if entry.seq >= pending:  # an earlier attempt landed; its response was lost
-                return self._done(head, current, entry.staleness, applied=True)
-            tau = head.version - self._anchor_version
-            dropped = self.max_staleness is not None and tau > self.max_staleness
-            if dropped and not leaving:
-                log.warning(
-                    "%s dropped its progress: %d versions were applied since its anchor "
-                    "(max_staleness=%d)",
-                    self.learner_id,
-                    tau,
-                    self.max_staleness,
-                )
-                return self._done(head, current, tau, applied=False)
-            now = time.time()
-            active = len(set(head.active_learners(now, self.lease)) | {self.learner_id})
-            parts = [current[i * self.numel : (i + 1) * self.numel] for i in range(self.rule.parts)]
-            # Staleness beyond one round of the others (active - 1 versions) is what a delta
-            # is damped for: with N learners exchanging in turn, N - 1 is the normal case.
-            excess = max(0, tau - (active - 1))
-            weight = 0.0 if dropped else staleness_weight(excess, self.staleness)
-            new_parts, rule_state = self.rule.apply(parts, delta * weight, active, head.rule_state)
-            state = torch.cat(new_parts)
-            version = head.version + 1
-            token, count = store.write_state(version, state)
-            head.learners[self.learner_id] = replace(
-                entry,
-                seq=pending,
-                staleness=tau,
-                applied_at=now,
-                left=leaving,
-                blocked_s=self._stats.blocked_s,
-                dropped=entry.dropped + int(dropped),
-            )
-            history, gone = store.next_history(head, version, token, count)
-            new = Head(version, token, count, history, head.learners, rule_state)
-            try:
-                swapped = store.swap_head(new, expected) is not None
-            except OutcomeUnknownError:
-                self.membership.unknown_outcomes += 1
-                continue  # the next read of the head settles it; the fragments stay for sweep
-            if not swapped:
-                with self._lock:
-                    self._stats = replace(self._stats, conflicts=self._stats.conflicts + 1)
-                store.delete_data(token, count)
-                continue
-            store.collect(new, gone)
-            return self._done(new, state, tau, applied=not dropped)
-
-    def _state_of(self, head: Head) -> torch.Tensor:
-        if self._cached is not None and self._cached[0] == head.token:
-            return self._cached[1]
-        state = self.store.read_state(head)
-        self._cached = (head.token, state)
-        return state
-
-    def _done(
-        self, head: Head, state: torch.Tensor, tau: int, applied: bool
-    ) -> tuple[torch.Tensor, int, Callable[[ExchangeStats], ExchangeStats]]:
-        """Adopt ``head``'s version as the new anchor; how the stats count the exchange or drop."""
-        self._seq = head.learners[self.learner_id].seq
-        self._cached = (head.token, state)
-        self._anchor = state[: self.numel].clone()
-        self._anchor_version = head.version
-        count = partial(ExchangeStats.counted, version=head.version, tau=tau, applied=applied)
-        return self._anchor, head.version, count
+    def _conflicted(self) -> None:
+        with self._lock:
+            self._stats = replace(self._stats, conflicts=self._stats.conflicts + 1)

@@ -156,3 +156,26 @@ def resolve(outer: str | OuterRule, outer_lr: float | None) -> OuterRule:
 def staleness_weight(staleness: int, exponent: float | None) -> float:
     """``(1 + staleness) ** -exponent``, or 1 with no exponent."""
     return 1.0 if exponent is None else float((1 + staleness) ** -exponent)
+
+
+@dataclass(frozen=True)
+class OuterStep:
+    """How one delta moves the shared parameters: the rule, and how staleness damps it.
+
+    ``staleness`` is the weight's exponent (``None``: no weight); a delta staler than
+    ``max_staleness`` versions is dropped (``None``: never).
+    """
+
+    rule: OuterRule
+    staleness: float | None
+    max_staleness: int | None
+
+    def drops(self, tau: int) -> bool:
+        """Whether a delta ``tau`` versions stale is dropped."""
+        return self.max_staleness is not None and tau > self.max_staleness
+
+    def weight(self, tau: int, active: int) -> float:
+        """The weight of a delta ``tau`` versions stale among ``active`` learners."""
+        # Staleness beyond one round of the others (active - 1 versions) is what a delta
+        # is damped for: with N learners exchanging in turn, N - 1 is the normal case.
+        return staleness_weight(max(0, tau - (active - 1)), self.staleness)

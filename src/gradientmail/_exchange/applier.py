@@ -1,0 +1,182 @@
+"""The exchange thread's side of one learner: join, apply each delta exactly once, leave.
+
+An :class:`Applier` holds the learner's anchor (the shared version it last adopted), its
+ledger sequence and the state of the head it last read. :meth:`Applier.join` runs on the
+training thread before the exchange thread starts; from then on only that thread calls it.
+It touches the store through :class:`~gradientmail._exchange.store.SharedStore` and the
+learner's entry through :class:`~gradientmail._exchange.membership.Membership`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+import torch
+
+from gradientmail._errors import ConfigurationError, LeaseLostError, OutcomeUnknownError
+from gradientmail._exchange.layout import Head
+from gradientmail._exchange.membership import Membership
+from gradientmail._exchange.rules import OuterStep
+from gradientmail._exchange.stats import ExchangeStats
+from gradientmail._exchange.store import SharedStore, Superseded
+
+__all__ = ["Applied", "Applier"]
+
+log = logging.getLogger("gradientmail.exchange")
+
+#: What an exchange produced: the shared parameters to adopt, their version, and how the
+#: stats count the exchange (published with the result, never before it).
+Applied = tuple[torch.Tensor, int, Callable[[ExchangeStats], ExchangeStats]]
+
+
+class Applier:
+    """Apply one learner's deltas to a shared model, each exactly once.
+
+    Args:
+        store, membership: the shared model's versions, and this learner's entry.
+        outer: the rule and its staleness damping.
+        learner_id, numel: the learner, and its model's parameter count.
+        lease: seconds after its last exchange a learner stops counting as active.
+        layout: the model's layout record, created or checked on joining.
+        on_conflict: called (on the exchange thread) for each swap another learner won.
+    """
+
+    def __init__(
+        self,
+        store: SharedStore,
+        membership: Membership,
+        outer: OuterStep,
+        *,
+        learner_id: str,
+        numel: int,
+        lease: float,
+        layout: dict[str, Any],
+        on_conflict: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.membership = membership
+        self.outer = outer
+        self.learner_id = learner_id
+        self.numel = numel
+        self.lease = lease
+        self.layout = layout
+        self.on_conflict = on_conflict
+        self.seq = 0
+        self.anchor: torch.Tensor = torch.empty(0)
+        self.anchor_version = -1
+        self._cached: tuple[str, torch.Tensor] | None = None
+
+    def join(self, initial: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """Publish ``initial()`` (the parameters, then the rule's zeroed state) if no shared
+        version exists, else register with the current one; return the state and version."""
+        self.store.ensure_layout(self.layout)
+        extra = self.numel * (self.outer.rule.parts - 1)
+        head, state = self.membership.join(lambda: torch.cat([initial(), torch.zeros(extra)]))
+        self.seq = head.learners[self.learner_id].seq
+        self._anchor_at(head, state)
+        return state, head.version
+
+    def leave(self) -> tuple[torch.Tensor, int]:
+        """Mark this learner gone, with nothing to apply; the anchor stays what to adopt."""
+        self.membership.mark_left()
+        return self.anchor, self.anchor_version
+
+    def apply(self, snapshot: torch.Tensor, leaving: bool, blocked_s: float) -> Applied:
+        """Apply the progress from the anchor to ``snapshot`` to the current shared version.
+
+        Retries lost swaps; after a lost response, the ledger says whether it landed. The
+        learner's entry records ``blocked_s``, the time its training loop was blocked.
+
+        Raises:
+            LeaseLostError: a newer process with this learner id replaced this one.
+        """
+        delta = snapshot.detach().to("cpu", torch.float32) - self.anchor
+        store = self.store
+        pending = self.seq + 1
+        while True:
+            got = store.read_head()
+            if got is None:
+                raise ConfigurationError(
+                    f"the head of {store.keys.base} was deleted during the run"
+                )
+            head, expected = got
+            entry = head.learners.get(self.learner_id)
+            if entry is None or not self.membership.registered(head):
+                raise LeaseLostError(
+                    f"learner {self.learner_id} was replaced in shared model "
+                    f"{store.keys.name!r} by a newer process with the same learner id; this "
+                    "one applies nothing more",
+                    learner=self.learner_id,
+                )
+            try:
+                current = self._state_of(head)
+            except Superseded:
+                continue
+            if entry.seq >= pending:  # an earlier attempt landed; its response was lost
+                return self._done(head, current, entry.staleness, applied=True)
+            tau = head.version - self.anchor_version
+            dropped = self.outer.drops(tau)
+            if dropped and not leaving:
+                log.warning(
+                    "%s dropped its progress: %d versions were applied since its anchor "
+                    "(max_staleness=%d)",
+                    self.learner_id,
+                    tau,
+                    self.outer.max_staleness,
+                )
+                return self._done(head, current, tau, applied=False)
+            now = time.time()
+            active = len(set(head.active_learners(now, self.lease)) | {self.learner_id})
+            rule = self.outer.rule
+            parts = [current[i * self.numel : (i + 1) * self.numel] for i in range(rule.parts)]
+            weight = 0.0 if dropped else self.outer.weight(tau, active)
+            new_parts, rule_state = rule.apply(parts, delta * weight, active, head.rule_state)
+            state = torch.cat(new_parts)
+            version = head.version + 1
+            token, count = store.write_state(version, state)
+            head.learners[self.learner_id] = replace(
+                entry,
+                seq=pending,
+                staleness=tau,
+                applied_at=now,
+                left=leaving,
+                blocked_s=blocked_s,
+                dropped=entry.dropped + int(dropped),
+            )
+            history, gone = store.next_history(head, version, token, count)
+            new = Head(version, token, count, history, head.learners, rule_state)
+            try:
+                swapped = store.swap_head(new, expected) is not None
+            except OutcomeUnknownError:
+                self.membership.unknown_outcomes += 1
+                continue  # the next read of the head settles it; the fragments stay for sweep
+            if not swapped:
+                self.on_conflict()
+                store.delete_data(token, count)
+                continue
+            store.collect(new, gone)
+            return self._done(new, state, tau, applied=not dropped)
+
+    def _state_of(self, head: Head) -> torch.Tensor:
+        if self._cached is not None and self._cached[0] == head.token:
+            return self._cached[1]
+        state = self.store.read_state(head)
+        self._cached = (head.token, state)
+        return state
+
+    def _anchor_at(self, head: Head, state: torch.Tensor) -> None:
+        self._cached = (head.token, state)
+        self.anchor = state[: self.numel].clone()
+        self.anchor_version = head.version
+
+    def _done(self, head: Head, state: torch.Tensor, tau: int, applied: bool) -> Applied:
+        """Adopt ``head``'s version as the new anchor; how the stats count the exchange or drop."""
+        self.seq = head.learners[self.learner_id].seq
+        self._anchor_at(head, state)
+        count = partial(ExchangeStats.counted, version=head.version, tau=tau, applied=applied)
+        return self.anchor, head.version, count
