@@ -30,8 +30,6 @@ Observer side: :class:`~gradientmail.patterns._lease_watch.LeaseWatcher` (its ow
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -45,7 +43,8 @@ from gradientmail._errors import (
 )
 from gradientmail.backends._base import new_write_id
 from gradientmail.mailbox import Capability, Mailbox, Version
-from gradientmail.patterns._claims import decode_record, encode_record, read_versioned
+from gradientmail.patterns._claims import decode_record, read_versioned
+from gradientmail.patterns._lease_record import OwnRecord, lease_record
 from gradientmail.patterns._lease_watch import LIVE_STATES, LeaseState, LeaseWatcher
 from gradientmail.patterns._workers import Worker
 
@@ -70,24 +69,6 @@ TAKEOVER_FRACTION = SAFE_FRACTION + 0.1
 
 #: Lost and declared-lost leases at WARNING; failed background renewals at DEBUG.
 _log = logging.getLogger(__name__)
-
-
-def _record(
-    holder: str, incarnation: int, token: str, seq: int, state: str, duration: float, **extra: Any
-) -> bytes:
-    body: dict[str, Any] = {
-        "holder": holder,
-        "incarnation": incarnation,
-        "token": token,
-        "seq": seq,
-        "state": state,
-        "lease": duration,
-        "renewed_at": time.time(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-    }
-    body.update(extra)
-    return encode_record(body)
 
 
 class Lease:
@@ -128,14 +109,13 @@ class Lease:
         self.renewals = 0
         #: the last error a background renewal raised (the next period retries).
         self.renew_error: BaseException | None = None
-        self._cas = mailbox.supports(Capability.COMPARE_AND_SWAP)
-        self._token = new_write_id()
-        self._seq = 0
-        self._version: Version | None = None
-        self._fresh_until = 0.0  # monotonic
-        self._lost: str | None = None
+        self._own = OwnRecord(token=new_write_id())
         self._lock = threading.Lock()  # one renewal at a time
         self._worker: Worker | None = None
+
+    @property
+    def _cas(self) -> bool:
+        return self.mailbox.supports(Capability.COMPARE_AND_SWAP)
 
     # -- acquiring ----------------------------------------------------------------------------
 
@@ -252,26 +232,26 @@ class Lease:
             BackendError: the store failed; the lease is unchanged.
         """
         with self._lock:
-            if self._lost is not None:
+            if self._own.lost is not None:
                 raise self._error()
             sent = time.monotonic()
-            self._seq += 1
+            self._own.seq += 1
             body = self._body(self.incarnation, "running")
             if not self._cas:
                 self.mailbox.put(self.key, body)
                 self._stored(None, sent)
                 return
-            assert self._version is not None
+            assert self._own.version is not None
             try:
-                new = self.mailbox.put_if_match(self.key, body, self._version)
+                new = self.mailbox.put_if_match(self.key, body, self._own.version)
             except OutcomeUnknownError:
                 # Our renewal may have landed: the record's token and sequence number say.
                 new = self._settle(self.incarnation)[1]
                 if new is None:
                     raise  # it did not (yet): the lease is as it was, the next renewal retries
             if new is None:
-                self._lost = self._why_lost()
-                _log.warning("%r lost its lease %r: %s", self.holder, self.key, self._lost)
+                self._own.lost = self._why_lost()
+                _log.warning("%r lost its lease %r: %s", self.holder, self.key, self._own.lost)
                 raise self._error()
             self._stored(new, sent)
 
@@ -283,9 +263,9 @@ class Lease:
         Raises:
             LeaseLostError: the lease was lost, or renewing failed while it was stale.
         """
-        if self._lost is not None:
+        if self._own.lost is not None:
             raise self._error()
-        if time.monotonic() < self._fresh_until:
+        if time.monotonic() < self._own.fresh_until:
             return
         try:
             self.renew()
@@ -305,7 +285,7 @@ class Lease:
     @property
     def lost(self) -> bool:
         """Whether this holder learnt that its lease was taken."""
-        return self._lost is not None
+        return self._own.lost is not None
 
     def end(self, state: str = "finished") -> None:
         """Stop renewing and record ``state`` (``finished``, ``released`` or ``failed``).
@@ -315,24 +295,24 @@ class Lease:
         if self._worker is not None:
             self._worker.stop()
         with self._lock:
-            if self._lost is not None or self.incarnation == 0:
+            if self._own.lost is not None or self.incarnation == 0:
                 return
-            self._seq += 1
+            self._own.seq += 1
             body = self._body(self.incarnation, state)
-            if self._cas and self._version is not None:
-                if self.mailbox.put_if_match(self.key, body, self._version) is None:
-                    self._lost = self._why_lost()
+            if self._cas and self._own.version is not None:
+                if self.mailbox.put_if_match(self.key, body, self._own.version) is None:
+                    self._own.lost = self._why_lost()
             else:
                 self.mailbox.put(self.key, body)
 
     # -- internals ----------------------------------------------------------------------------
 
     def _body(self, incarnation: int, state: str) -> bytes:
-        return _record(
+        return lease_record(
             self.holder,
             incarnation,
-            self._token,
-            self._seq,
+            self._own.token,
+            self._own.seq,
             state,
             self.duration,
             period=self.period,
@@ -340,8 +320,8 @@ class Lease:
         )
 
     def _stored(self, version: Version | None, sent: float) -> None:
-        self._version = version
-        self._fresh_until = sent + SAFE_FRACTION * self.duration
+        self._own.version = version
+        self._own.fresh_until = sent + SAFE_FRACTION * self.duration
         self.renewals += 1
 
     def _read(self) -> tuple[dict[str, Any], Version] | None:
@@ -372,7 +352,7 @@ class Lease:
             return False, None
         record, version = current
         stored = (record.get("token"), record.get("incarnation"), record.get("seq"))
-        if stored != (self._token, incarnation, self._seq):
+        if stored != (self._own.token, incarnation, self._own.seq):
             return False, None
         return True, version if self._cas else None
 
@@ -383,7 +363,7 @@ class Lease:
         record = current[0]
         if record.get("state") == "lost":
             return f"it was declared lost by {record.get('lost_by')!r}"
-        if record.get("token") != self._token:
+        if record.get("token") != self._own.token:
             return (
                 f"a newer incarnation ({record.get('incarnation')}) with the same id took "
                 f"over ({record.get('host')} pid {record.get('pid')})"
@@ -392,7 +372,7 @@ class Lease:
 
     def _error(self) -> LeaseLostError:
         return LeaseLostError(
-            f"{self.holder!r} lost its lease {self.key!r}: {self._lost}; the work it held is "
+            f"{self.holder!r} lost its lease {self.key!r}: {self._own.lost}; the work it held is "
             "being finished by others",
             learner=self.holder,
         )

@@ -24,6 +24,7 @@ from gradientmail.patterns.pipeline import (
     ProducerFailedError,
     ProducerRegistrationError,
 )
+from gradientmail.patterns.pipeline._in_process import EntryBuffer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -140,19 +141,19 @@ def watch_handoffs(pipe: Pipeline[Any]) -> Counter[str]:
     """Count, at each hand-off, whether a consumer could idle beside a buffered item.
 
     The in-process transport's buffer and its queue of waiting consumers are replaced by
-    deques that look at each other on every append, under the transport's lock (every append
+    ones that look at each other on every append, under the transport's lock (every append
     happens under it): a consumer that starts to wait while an item is buffered, or an item
     buffered while a consumer waits, is a consumer idling beside work, however short.
     """
     core = pipe._transport
     seen: Counter[str] = Counter()
 
-    class Buffer(deque[Any]):
-        def append(self, entry: Any) -> None:
+    class Buffer(EntryBuffer):
+        def append(self, entry: Any, now: float) -> None:
             seen["buffered"] += 1
             if core.waiters:
                 seen["buffered while a consumer waited"] += 1
-            super().append(entry)
+            super().append(entry, now)
 
     class Waiters(deque[Any]):
         def append(self, waiter: Any) -> None:

@@ -24,7 +24,7 @@ from gradientmail.patterns._workers import CarriedError
 from gradientmail.patterns.pipeline._roles import Consumer, Decode, Producer, Transport
 from gradientmail.patterns.pipeline._stats import ConsumerStats, ProducerStats
 
-__all__ = ["InProcessTransport"]
+__all__ = ["EntryBuffer", "InProcessTransport"]
 
 
 class _Failure:
@@ -53,6 +53,38 @@ class _Waiter:
         self.handed_clock = 0.0  # the transport's non-empty clock at the hand-off
 
 
+class EntryBuffer:
+    """The entries no consumer has taken yet, with a clock that runs only while there are
+    some (for ``idle_while_available_s``). Used with the transport's lock held."""
+
+    __slots__ = ("_entries", "_since", "_total")
+
+    def __init__(self) -> None:
+        self._entries: deque[Any] = deque()
+        self._total = 0.0  # seconds non-empty before the current stretch
+        self._since = 0.0  # when the current non-empty stretch began
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def append(self, entry: Any, now: float) -> None:
+        if not self._entries:
+            self._since = now
+        self._entries.append(entry)
+
+    def popleft(self) -> Any:
+        entry = self._entries.popleft()
+        if not self._entries:
+            self._total += time.perf_counter() - self._since
+        return entry
+
+    def clock(self, now: float) -> float:
+        """Seconds the buffer has been non-empty, up to ``now``."""
+        if self._entries:
+            return self._total + (now - self._since)
+        return self._total
+
+
 class InProcessTransport(Transport[Any]):
     """One lock guards the buffer, the waiting consumers and the producers' states.
 
@@ -67,23 +99,15 @@ class InProcessTransport(Transport[Any]):
         self.stall = stall
         self.lock = threading.Lock()
         self.not_full = threading.Condition(self.lock)
-        self.buffer: deque[Any] = deque()
+        self.buffer = EntryBuffer()
         self.waiters: deque[_Waiter] = deque()
         self.data_items = 0  # items in the buffer that count against capacity
         self.registered: set[str] = set()
         self.finished: set[str] = set()
         self.failure: ProducerFailedError | None = None
         self.aborted: str | None = None
-        # A clock that runs only while the buffer is non-empty, for idle_while_available_s.
-        self.nonempty_total = 0.0
-        self.nonempty_since = 0.0
 
     # All methods below with a leading underscore run with self.lock held.
-
-    def _nonempty_clock(self, now: float) -> float:
-        if self.buffer:
-            return self.nonempty_total + (now - self.nonempty_since)
-        return self.nonempty_total
 
     def _deliver(self, entry: Any) -> bool:
         """Hand ``entry`` to the longest-waiting consumer; buffer it if none waits.
@@ -95,19 +119,11 @@ class InProcessTransport(Transport[Any]):
             waiter = self.waiters.popleft()
             waiter.entry = entry
             waiter.handed_at = now
-            waiter.handed_clock = self._nonempty_clock(now)
+            waiter.handed_clock = self.buffer.clock(now)
             waiter.wake.notify()
             return False
-        if not self.buffer:
-            self.nonempty_since = now
-        self.buffer.append(entry)
+        self.buffer.append(entry, now)
         return True
-
-    def _popleft(self) -> Any:
-        entry = self.buffer.popleft()
-        if not self.buffer:
-            self.nonempty_total += time.perf_counter() - self.nonempty_since
-        return entry
 
     def _wake_everyone(self) -> None:
         for waiter in self.waiters:
@@ -231,7 +247,7 @@ class _InProcessConsumer(Consumer[Any]):
         waiter = self._waiter
         with core.lock:
             start = time.perf_counter()
-            clock_start = core._nonempty_clock(start)
+            clock_start = core.buffer.clock(start)
             clock_end: float | None = None  # set when an item is handed to us
             try:
                 while True:
@@ -240,7 +256,7 @@ class _InProcessConsumer(Consumer[Any]):
                     if core.aborted is not None:
                         raise PipelineAbortedError(f"the pipeline was aborted: {core.aborted}")
                     if core.buffer:
-                        entry = core._popleft()
+                        entry = core.buffer.popleft()
                         if not isinstance(entry, _Failure):
                             core.data_items -= 1
                             core.not_full.notify()
@@ -281,7 +297,7 @@ class _InProcessConsumer(Consumer[Any]):
                 stats.wait_s += now - start
                 stats.waits.add(now - start)
                 if clock_end is None:
-                    clock_end = core._nonempty_clock(now)
+                    clock_end = core.buffer.clock(now)
                 assert stats.idle_while_available_s is not None
                 stats.idle_while_available_s += clock_end - clock_start
 

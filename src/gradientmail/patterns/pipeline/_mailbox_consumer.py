@@ -37,6 +37,7 @@ from gradientmail._errors import (
     PipelineError,
     PipelineStalledError,
 )
+from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._leases import LeaseWatcher
 from gradientmail.patterns._workers import Backoff, CarriedError, HandoffBuffer, Worker
 from gradientmail.patterns.pipeline._deliveries import DeliveryRecorder
@@ -81,7 +82,6 @@ class MailboxConsumer(Consumer[Any]):
     def __init__(self, core: MailboxRun, consumer_id: str, decode: Decode | None) -> None:
         super().__init__(consumer_id, ConsumerStats())
         self._core = core
-        self._box = core.mailbox
         self._decode = decode
         self._buffer: HandoffBuffer[Any] = HandoffBuffer(core.settings.prefetch)
         self._done = False
@@ -109,11 +109,18 @@ class MailboxConsumer(Consumer[Any]):
         self._producers = ProducerWatch(
             self._box, core.declared, settings, consumer_id, time.monotonic()
         )
-        self._cursors = self._producers.cursors
         # Consumers start their round robin at different producers, so they collide less.
         self._turn = zlib.crc32(consumer_id.encode("utf-8")) % len(self._cursors)
         self._worker = Worker(f"gradientmail-consumer-{consumer_id}", self._run)
         self._worker.start()
+
+    @property
+    def _box(self) -> Mailbox:
+        return self._core.mailbox
+
+    @property
+    def _cursors(self) -> list[Cursor]:
+        return self._producers.cursors
 
     # -- the consumer's side ------------------------------------------------------------
 

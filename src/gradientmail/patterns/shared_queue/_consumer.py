@@ -70,7 +70,6 @@ class SharedQueue(Generic[T]):
         self.stats = QueueStats()
         self._settings = (mailbox, units, identifiers, load, wait_for_others, shared_order)
         self._reporter = reporter
-        self._report_wait = reporter.data_waited if reporter is not None else None
         key = LEASES_PREFIX + learner_id
         self._lease = Lease(mailbox, key, learner_id, duration=lease, extra={"epoch": epoch})
         self._buffer: HandoffBuffer[T] = HandoffBuffer(prefetch)
@@ -133,7 +132,7 @@ class SharedQueue(Generic[T]):
         get = self._buffer.get
         stats = self.stats
         lease = self._lease
-        report_wait = self._report_wait
+        reporter = self._reporter
         recorder = self._parts.recorder if self._parts is not None else None
         while True:
             if recorder is not None and recorder.error is not None:  # per item: kept cheap
@@ -141,8 +140,8 @@ class SharedQueue(Generic[T]):
             entry, waited = get()
             if waited:
                 stats.wait_s += waited
-                if report_wait is not None:
-                    report_wait(waited)
+                if reporter is not None:
+                    reporter.data_waited(waited)
             if not isinstance(entry, Control):
                 try:
                     lease.ensure_fresh()  # never deliver an item of a unit we may have lost
@@ -151,12 +150,12 @@ class SharedQueue(Generic[T]):
                 stats.items_delivered += 1
                 return entry  # type: ignore[return-value]  # not a Control: an item
             if isinstance(entry, UnitStart):
-                if self._reporter is not None:
-                    self._reporter.unit_started(entry.held.identifier)
+                if reporter is not None:
+                    reporter.unit_started(entry.held.identifier)
             elif isinstance(entry, UnitEnd):
                 stats.units_finished += 1
-                if self._reporter is not None:
-                    self._reporter.unit_finished(entry.held.identifier, entry.items)
+                if reporter is not None:
+                    reporter.unit_finished(entry.held.identifier, entry.items)
                 assert self._parts is not None
                 self._parts.recorder.hand_over(entry.held)
             elif isinstance(entry, Wake):

@@ -101,7 +101,6 @@ class IdleWatch:
     ) -> None:
         self.mailbox = mailbox
         self.layout = layout
-        self.prefix = layout.idle
         self.learner = learner_id
         self.incarnation = incarnation
         self.watcher = watcher
@@ -109,11 +108,16 @@ class IdleWatch:
         self.marked = False
         self._observed: dict[str, tuple[float, LeaseState]] = {}
         self._idle: frozenset[str] = frozenset()
-        self._leased: set[str] = set()
-        self._leased_at: float | None = None
-        self._ring_of: tuple[str, ...] = ()
-        self._ring = Ring(())
+        #: The learners with a lease at the last listing, and when (monotonic) it was.
+        self._leased: tuple[set[str], float | None] = (set(), None)
+        #: The ring of the idle learners last seen, and the learners it was built from.
+        self._ring: tuple[tuple[str, ...], Ring] = ((), Ring(()))
         self._lead_ranks: dict[str, bytes] = {}
+
+    @property
+    def prefix(self) -> str:
+        """Where this epoch's idle markers are."""
+        return self.layout.idle
 
     @property
     def markers(self) -> int:
@@ -150,7 +154,7 @@ class IdleWatch:
         """List the markers (and the leases, see :meth:`_learners`); read watched leases."""
         idle = frozenset(self._names(self.prefix))
         fresh = relist or self._leases_stale(idle)
-        leased = self.learners() if fresh else self._leased
+        leased = self.learners() if fresh else self._leased[0]
         changed = idle != self._idle
         self._idle = idle
         busy = sorted(leased - idle - {self.learner})
@@ -184,16 +188,17 @@ class IdleWatch:
     def learners(self) -> set[str]:
         """List the learners with a lease (the claim loop asks when it starts); the listing
         also serves this watch's first poll, which then does not list them again."""
-        self._leased = self._names(LEASES_PREFIX)
-        self._leased_at = time.monotonic()
-        return self._leased
+        names = self._names(LEASES_PREFIX)
+        self._leased = (names, time.monotonic())
+        return names
 
     def _leases_stale(self, idle: frozenset[str]) -> bool:
         """Whether to list the leases again: learners rarely come and go, so only once per
         renewal period, or when a marker names a learner not seen yet."""
-        if self._leased_at is None or time.monotonic() - self._leased_at >= self.period:
+        names, at = self._leased
+        if at is None or time.monotonic() - at >= self.period:
             return True
-        return not idle <= self._leased | {self.learner}
+        return not idle <= names | {self.learner}
 
     def settle(self, suspects: list[str]) -> None:
         """After a scan took the suspects' units over: mark those that are really gone."""
@@ -254,9 +259,9 @@ class IdleWatch:
         if len(watchers) <= WATCHERS:
             return True
         key = tuple(watchers)
-        if key != self._ring_of:  # rebuilt only when the idle learners change
-            self._ring_of, self._ring = key, Ring(key)
-        return self.learner in self._ring.successors(holder, WATCHERS)
+        if key != self._ring[0]:  # rebuilt only when the idle learners change
+            self._ring = (key, Ring(key))
+        return self.learner in self._ring[1].successors(holder, WATCHERS)
 
     def _observe(self, holder: str, *, fresh: bool = False) -> LeaseState:
         now = time.monotonic()
