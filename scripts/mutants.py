@@ -584,6 +584,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (("            if entry.seq >= pending:", "            if False:"),),
         (
             "tests/torch/test_exchange.py::test_lost_swap_responses_are_settled_by_the_ledger_exactly_once",
+            "tests/torch/test_exchange.py::test_head_swaps_whose_responses_are_lost_on_the_wire_apply_every_delta_once[s3-ledger]",
         ),
         "after a lost response the exchange applies its delta again instead of reading the "
         "ledger: a swap that landed is applied twice",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import re
 import signal
 import threading
 import time
@@ -42,6 +43,8 @@ from tests.support.exchange_workers import (  # noqa: E402
     integer_steps,
     progress,
 )
+from tests.support.fault_profiles import PROFILES  # noqa: E402
+from tests.support.faultproxy import FaultProxy, Request  # noqa: E402
 from tests.support.rigs import Rig  # noqa: E402
 
 #: Backends whose compare-and-swap is atomic under races (moto's is not: it double-wins).
@@ -165,6 +168,50 @@ def test_lost_swap_responses_are_settled_by_the_ledger_exactly_once(box: Mailbox
     other = exact_steps(box, "plain", steps=6, size=5)
     assert lossy.lost >= 3, "the test lost responses, landed and refused ones alike"
     assert torch.equal(shared_now(box), initial() + total + other)
+
+
+#: The shared model's head record's key, as it appears in a request's target (S3, Azure) or
+#: in its upload's metadata (GCS names the object in the body).
+HEAD_KEY = re.compile(rb"exchange(/|%2F)model(/|%2F)head")
+
+
+def on_the_head(kind: Callable[[Request], bool]) -> Callable[[Request], bool]:
+    """``kind`` of request (a swap, a write-id read-back) made on the head record."""
+
+    def matches(r: Request) -> bool:
+        # GCS reads a value back by metadata, and the head itself by a media download.
+        media = "alt=media" in r.target
+        return kind(r) and not media and HEAD_KEY.search(r.target.encode() + r.body) is not None
+
+    return matches
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("settled_by", ["read-back", "ledger"])
+@pytest.mark.parametrize("store", ["s3", "s3-seaweed", "gcs", "azure"])
+def test_head_swaps_whose_responses_are_lost_on_the_wire_apply_every_delta_once(
+    request: pytest.FixtureRequest, store: str, settled_by: str
+) -> None:
+    """The real SDK, the backend and the ledger together: the proxy forwards head swaps,
+    lets the store act on them, and drops the responses. The backend settles each by
+    reading its write id back; with every such read-back failing too, the backend reports
+    ``OutcomeUnknownError`` and the exchange's ledger settles it."""
+    profile = PROFILES[store]
+    rig: Rig = request.getfixturevalue(profile.rig)
+    with FaultProxy(request.getfixturevalue(profile.endpoint)) as proxy:
+        lossy = profile.open_through(rig, proxy.url)
+        direct = rig.open(lossy.url)
+        dropped = proxy.drop_response(on_the_head(profile.swap), nth=2, times=3)
+        if settled_by == "ledger":
+            unknown = proxy.fail(on_the_head(profile.read_back), times=None)
+        total = exact_steps(lossy, "lossy", steps=12, size=3, lockstep=True)
+        other = exact_steps(direct, "plain", steps=6, size=5)
+    assert dropped.hits == 3, "the proxy lost three responses to head swaps"
+    # The first lost response is to a swap the store made (a retry may then be refused).
+    assert dropped.upstream_statuses[0] == profile.created
+    if settled_by == "ledger":
+        assert unknown.hits > 0, "the backend tried to read its write id back, and failed"
+    assert torch.equal(shared_now(direct), initial() + total + other)
 
 
 def test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it() -> None:

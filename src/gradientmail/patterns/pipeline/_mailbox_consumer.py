@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import threading
 import time
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from gradientmail._errors import (
@@ -38,6 +37,7 @@ from gradientmail._errors import (
     PipelineStalledError,
 )
 from gradientmail.mailbox import Mailbox
+from gradientmail.patterns._hash_ring import point
 from gradientmail.patterns._leases import LeaseWatcher
 from gradientmail.patterns._workers import Backoff, CarriedError, HandoffBuffer, Worker
 from gradientmail.patterns.pipeline._deliveries import DeliveryRecorder
@@ -110,7 +110,7 @@ class MailboxConsumer(Consumer[Any]):
             self._box, core.declared, settings, consumer_id, time.monotonic()
         )
         # Consumers start their round robin at different producers, so they collide less.
-        self._turn = zlib.crc32(consumer_id.encode("utf-8")) % len(self._cursors)
+        self._turn = point(consumer_id) % len(self._cursors)
         self._worker = Worker(f"gradientmail-consumer-{consumer_id}", self._run)
         self._worker.start()
 
