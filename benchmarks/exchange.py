@@ -20,8 +20,9 @@ loss) as a ratio to DDP's own time to it, the final held-out loss at equal token
 the exchange the share of time blocked in ``step()``, bytes and requests per exchange,
 conflicts and staleness.
 
-Run: ``python benchmarks/exchange.py [--seeds 3] [--scenario static]`` (about 3 minutes a
-seed on 2 cores).
+Run: ``python benchmarks/exchange.py [--seeds 3] [--scenario static] [--wire bfloat16]``
+(about 3 minutes a seed on 2 cores). ``bytes/x`` is per exchange, as a multiple of the
+model's fp32 size.
 """
 
 from __future__ import annotations
@@ -126,7 +127,14 @@ def queue_learner(cfg: dict[str, Any], rank: int, out: Any, start: Any) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"])
     name = cfg.get("name") or f"learner-{rank}"
     exchange = (
-        Exchange(model, mailbox=box, learner_id=name, every=cfg["every"], outer=cfg["outer"])
+        Exchange(
+            model,
+            mailbox=box,
+            learner_id=name,
+            every=cfg["every"],
+            outer=cfg["outer"],
+            wire=cfg["wire"],
+        )
         if cfg["exchange"]
         else None
     )
@@ -322,6 +330,7 @@ def main() -> None:
     parser.add_argument("--base-ms", type=float, default=60.0)
     parser.add_argument("--outer", default="delayed-nesterov")
     parser.add_argument("--methods", default="ddp,diloco,independent,alone,exchange")
+    parser.add_argument("--wire", default="float32", help="the exchange's wire dtype")
     args = parser.parse_args()
     train, held = corpus()
     methods = args.methods.split(",")
@@ -335,6 +344,7 @@ def main() -> None:
             "lr": 3e-3,
             "every": args.every,
             "outer": args.outer,
+            "wire": args.wire,
             "base": args.base_ms / 1000,
             "paces": PACES,
             "slowdown": args.scenario == "slowdown",
@@ -352,7 +362,7 @@ def main() -> None:
     size = sum(p.numel() for p in Decoder().parameters()) * 4
     print(
         f"\nscenario {args.scenario}, {args.seeds} seed(s), {args.steps} batches, "
-        f"model {size / 1e6:.2f} MB fp32, means over seeds"
+        f"model {size / 1e6:.2f} MB fp32, wire {args.wire}, means over seeds"
     )
     print(
         f"{'method':<12} {'time/DDP':>9} {'final loss':>10} {'wall s':>7} {'blocked':>8} "
