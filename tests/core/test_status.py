@@ -13,6 +13,7 @@ import pytest
 
 from gradientmail import Mailbox, MissingDependencyError, from_url
 from gradientmail._cli import main
+from gradientmail._status_record import RunStatus
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.session import Session
 from gradientmail.status import format_status, lane_of, plot_gantt, read_status
@@ -145,6 +146,46 @@ def test_plot_draws_a_png(tmp_path: Path, rig_file: Any) -> None:
     target = tmp_path / "run.png"
     assert main(["status", url, "--plot", str(target)]) == 0
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def tiled_run(units: int, learners: int = 4, seconds: float = 100.0) -> RunStatus:
+    """A finished run whose learners' units tile ``seconds`` end to end, a lane each."""
+    began = time.time() - 3600
+    per = units // learners
+    width = seconds / per
+    records = [
+        {
+            "learner": f"l{n}",
+            "state": "finished",
+            "started_at": began,
+            "finished_at": began + seconds,
+            "updated_at": began + seconds,
+            "units": [
+                [f"u-{n}-{i}", at, at, at + width, False]
+                for i in range(per)
+                for at in [began + i * width]
+            ],
+        }
+        for n in range(learners)
+    ]
+    return RunStatus(now=began + seconds, total=units, claimed=units, done=units, learners=records)
+
+
+def bar_pixels(path: Path) -> int:
+    """Pixels of the first lane colour (matplotlib's C0) in a chart."""
+    import numpy as np
+    from matplotlib.image import imread
+
+    rgb = (imread(path)[..., :3] * 255).round()
+    return int(np.all(np.abs(rgb - (31, 119, 180)) <= 8, axis=-1).sum())
+
+
+def test_plot_of_3000_units_shows_its_bars_not_their_separators(tmp_path: Path) -> None:
+    coarse, fine = tmp_path / "40.png", tmp_path / "3000.png"
+    plot_gantt(tiled_run(40), str(coarse))
+    plot_gantt(tiled_run(3000), str(fine))
+    # The same time is covered either way; only the separators between bars differ.
+    assert bar_pixels(fine) >= 0.9 * bar_pixels(coarse) > 0
 
 
 def test_plot_without_matplotlib_names_the_extra(
