@@ -162,6 +162,39 @@ def test_units_taken_over_from_a_dead_learner_are_warnings(
     assert any("'alive' took over unit 'u0' from 'ghost'" in m for m in warnings), warnings
 
 
+def test_a_restart_taking_back_its_earlier_incarnations_units_says_so_at_info(
+    rig_file: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gradientmail")
+    box = rig_file.fresh()
+    units = {f"u{i}": i for i in range(4)}
+    earlier = Lease(box, "leases/node-0", "node-0", duration=0.3)
+    earlier.acquire()  # and never renewed: the process died holding two units
+    for unit in ("u1", "u2"):
+        UnitClaims(box, RunLayout(0), "node-0", earlier.incarnation).claim(unit)
+    with shared_queue(units, mailbox=box, learner_id="node-0", load=lambda u: [u], lease=0.3) as q:
+        assert sorted(q) == [0, 1, 2, 3]
+    infos = messages(caplog, logging.INFO)
+    assert any(
+        "'node-0' takes back 2 units its earlier incarnation held (u1, u2)" in m for m in infos
+    ), infos
+
+
+def test_a_run_found_already_complete_says_so_at_info(
+    rig_file: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    box = rig_file.fresh()
+    units = {f"u{i}": i for i in range(3)}
+    with shared_queue(units, mailbox=box, learner_id="a", load=lambda u: [u]) as q:
+        assert sorted(q) == [0, 1, 2]
+    assert not any("already complete" in m for m in messages(caplog, logging.INFO))
+    caplog.set_level(logging.INFO, logger="gradientmail")
+    with shared_queue(units, mailbox=box, learner_id="a", load=lambda u: [u]) as q:
+        assert list(q) == []
+    infos = messages(caplog, logging.INFO)
+    assert any("'a' found epoch 0 of the run at" in m and "already complete" in m for m in infos)
+
+
 def test_lost_claims_are_debug(rig_file: Rig, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="gradientmail")
     box = rig_file.fresh()

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from gradientmail._errors import LeaseLostError
+from gradientmail.backends._options import redact
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._progress import ProgressReporter
 from gradientmail.patterns._workers import CarriedError, HandoffBuffer
@@ -135,7 +136,16 @@ class ClaimLoop:
         self.stats.listings += 2
         self.stats.listed_keys += len(scan.claimed) + len(scan.done)
         ids = self.policy.position
-        self.stats.units_done_before = sum(1 for ident in scan.done if ident in ids)
+        self.stats.units_done_before = done = sum(1 for ident in scan.done if ident in ids)
+        if done and done == len(ids):
+            _log.info(
+                "%r found epoch %d of the run at %s already complete (all %d units done): "
+                "nothing to load",
+                self.claims.learner_id,
+                self.claims.layout.epoch,
+                redact(self.claims.mailbox.url),
+                done,
+            )
         self.waiting.begin(scan)
 
     # -- choosing the next unit ---------------------------------------------------------------

@@ -88,6 +88,14 @@ class Takeover:
             if record.owner == self.claims.learner_id and UnitClaims.state(record) != DONE:
                 self.own.append((ident, record, version))
         self.own.sort(key=lambda entry: ids[entry[0]])
+        if self.own:
+            names = [ident for ident, _, _ in self.own]
+            _log.info(
+                "%r takes back %d units its earlier incarnation held (%s), before any other",
+                self.claims.learner_id,
+                len(names),
+                ", ".join(names[:5]) + (", ..." if len(names) > 5 else ""),
+            )
 
     def next_own(self) -> Held | None:
         """Take back the next unit of an earlier incarnation, first of all."""
