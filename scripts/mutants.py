@@ -365,10 +365,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_unit_claims.py",
         (
             (
-                "        new = self.mailbox.put_if_match(self.layout.units + identifier, body, "
-                "version)\n",
-                "        self.mailbox.put(self.layout.units + identifier, body)\n"
-                "        new = self.mailbox.get_versioned(self.layout.units + identifier)[1]\n",
+                "        new = swap_claim(\n"
+                "            self.mailbox, key, self.learner_id, version, "
+                "**self._extra(CLAIMED, previous)\n"
+                "        )\n",
+                "        from gradientmail.patterns._claims import claim_body, new_token\n\n"
+                "        extra = self._extra(CLAIMED, previous)\n"
+                "        self.mailbox.put(key, claim_body(self.learner_id, new_token(), **extra))\n"
+                "        new = self.mailbox.get_versioned(key)[1]\n",
             ),
         ),
         ("tests/patterns/shared_queue/test_unit_claim_transitions.py",),
@@ -407,14 +411,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/_claims.py",
         (
             (
-                """        stored = _read_versioned(mailbox, key)
-        if stored is not None and stored[0].token == token:
-            return stored
-        if stored is None:
-            raise
-        return None
+                """            stored = _read_versioned(mailbox, key)
+            if stored is not None:
+                return stored if stored[0].token == token else None
+            if attempt == SETTLE_ATTEMPTS:
+                raise
 """,
-                "        return None\n",
+                "            return None\n",
             ),
         ),
         ("tests/contract/test_claim_read_back.py",),
@@ -426,13 +429,58 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/_claims.py",
         (
             (
-                "        if stored is not None and stored[0].token == token:\n",
-                "        if stored is not None:\n",
+                "                return stored if stored[0].token == token else None\n",
+                "                return stored\n",
             ),
         ),
         ("tests/contract/test_claim_read_back.py",),
         "a claim whose create lost its response counts as won whenever some claim is "
         "stored, even another claimant's: both load the unit",
+    ),
+    Mutant(
+        "claim-swap-unsettled",
+        "patterns/_claims.py",
+        (
+            (
+                "            if record.token == token:\n                return current\n",
+                "            if False:\n                return current\n",
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_ambiguous_writes.py",),
+        "a claim swap (a completion, a release, a takeover) whose response was lost is not "
+        "recognised as landed: a completed unit reads as taken over and is never recorded",
+    ),
+    Mutant(
+        "claim-swap-lost-request-not-resent",
+        "patterns/_claims.py",
+        (
+            (
+                "            if current != version:\n"
+                "                return None  # another learner's swap came first\n",
+                "            if True:\n"
+                "                return None  # another learner's swap came first\n",
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_ambiguous_writes.py",),
+        "a claim swap whose request was lost is taken for another learner's: the completion "
+        "is dropped though the claim is still this learner's",
+    ),
+    Mutant(
+        "record-create-not-resent",
+        "patterns/_claims.py",
+        (
+            (
+                "            if attempt == SETTLE_ATTEMPTS:\n"
+                "                raise\n"
+                '            _log.info("creating %r again',
+                "            if True:\n"
+                "                raise\n"
+                '            _log.info("creating %r again',
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_ambiguous_writes.py",),
+        "a completion record or idle marker whose outcome was lost kills the learner instead "
+        "of being sent again",
     ),
     # -- leases ------------------------------------------------------------------------------
     Mutant(

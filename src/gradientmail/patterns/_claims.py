@@ -5,6 +5,10 @@
   :class:`~gradientmail._errors.AtomicityViolationError` instead of silently double-loading.
 * :class:`ClaimRecord` is what a claim key holds, written by :func:`claim_body` and read by
   :func:`parse_claim` / :func:`read_claim`.
+* :func:`swap_claim` replaces a claim the caller read (a takeover, a completion, a
+  release), and :func:`ensure_created` creates a record whose presence is what counts (a
+  completion, a marker). Both settle a write whose outcome the store could not report
+  (``OutcomeUnknownError``) by a read, so a slow or flaky store never kills a learner.
 * :func:`encode_record` / :func:`decode_record` are the one JSON codec for every record the
   patterns store (claims, leases, progress, manifests).
 
@@ -30,18 +34,25 @@ from gradientmail.backends._options import redact
 from gradientmail.mailbox import Capability, Mailbox, Version
 
 __all__ = [
+    "SETTLE_ATTEMPTS",
     "ClaimRecord",
     "claim",
     "claim_body",
     "claim_versioned",
     "decode_record",
     "encode_record",
+    "ensure_created",
     "new_token",
     "parse_claim",
     "read_claim",
     "read_record",
     "read_versioned",
+    "swap_claim",
 ]
+
+#: Writes whose outcome the store could not report are settled by a read and, where they did
+#: not land, tried again: this many times in all, before the ambiguity is raised.
+SETTLE_ATTEMPTS = 3
 
 #: An atomicity violation (a claim reported as won but held by another) at WARNING.
 _log = logging.getLogger(__name__)
@@ -151,17 +162,20 @@ def claim_versioned(
         BackendError: the store failed.
     """
     token = new_token()
-    try:
-        won = mailbox.put_if_absent(key, claim_body(owner, token, **extra))
-    except OutcomeUnknownError:
-        # The create may or may not have landed; the token we wrote decides it. Claim keys
-        # are only ever written by claimants, so a foreign token means another claim won.
-        stored = _read_versioned(mailbox, key)
-        if stored is not None and stored[0].token == token:
-            return stored
-        if stored is None:
-            raise
-        return None
+    body = claim_body(owner, token, **extra)
+    for attempt in range(1, SETTLE_ATTEMPTS + 1):
+        try:
+            won = mailbox.put_if_absent(key, body)
+            break
+        except OutcomeUnknownError:
+            # The create may or may not have landed; the token we wrote decides it. Claim
+            # keys are only ever written by claimants, so a foreign token means another
+            # claim won, and no claim at all means ours did not land: it is sent again.
+            stored = _read_versioned(mailbox, key)
+            if stored is not None:
+                return stored if stored[0].token == token else None
+            if attempt == SETTLE_ATTEMPTS:
+                raise
     if not won:
         return None
     stored = _read_versioned(mailbox, key)
@@ -230,3 +244,59 @@ def claim(mailbox: Mailbox, key: str, owner: str, **extra: Any) -> bool:
         BackendError: the store failed; never turned into ``False``.
     """
     return claim_versioned(mailbox, key, owner, **extra) is not None
+
+
+def swap_claim(
+    mailbox: Mailbox, key: str, owner: str, version: Version, **extra: Any
+) -> Version | None:
+    """Replace the claim at ``key``, read at ``version``, with a new claim of ``owner``'s.
+
+    One ``put_if_match``, with a token unique to the call. A swap the store could not report
+    is settled by reading the claim back: our token means it landed; the claim unchanged
+    since ``version`` means it did not, and it is sent again; anything else means another
+    learner changed the claim first.
+
+    Returns:
+        The new claim's version, or ``None`` when another learner changed the claim first.
+
+    Raises:
+        OutcomeUnknownError: still ambiguous after :data:`SETTLE_ATTEMPTS` tries.
+    """
+    token = new_token()
+    body = claim_body(owner, token, **extra)
+    for attempt in range(1, SETTLE_ATTEMPTS + 1):
+        try:
+            return mailbox.put_if_match(key, body, version)
+        except OutcomeUnknownError as exc:
+            stored = _read_versioned(mailbox, key)
+            if stored is None:
+                return None  # gone: not ours to hold
+            record, current = stored
+            if record.token == token:
+                return current
+            if current != version:
+                return None  # another learner's swap came first
+            if attempt == SETTLE_ATTEMPTS:
+                raise
+            _log.info("%r swaps claim %r again: the store could not tell (%s)", owner, key, exc)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def ensure_created(mailbox: Mailbox, key: str, data: bytes) -> None:
+    """Create ``key`` holding ``data`` unless it exists: for records whose presence is what
+    counts (``done/{id}``, ``reclaimed/{id}``, an idle marker), whoever wrote them.
+
+    A create the store could not report is simply sent again: it creates the key, or finds
+    it there (ours or another's), and either way the key exists.
+
+    Raises:
+        OutcomeUnknownError: still ambiguous after :data:`SETTLE_ATTEMPTS` tries.
+    """
+    for attempt in range(1, SETTLE_ATTEMPTS + 1):
+        try:
+            mailbox.put_if_absent(key, data)
+            return
+        except OutcomeUnknownError as exc:
+            if attempt == SETTLE_ATTEMPTS:
+                raise
+            _log.info("creating %r again: the store could not tell (%s)", key, exc)

@@ -1,10 +1,12 @@
-"""Writes outside the claims whose outcome the store could not report (``OutcomeUnknownError``)
-are settled by reading the key back, so a learner survives a flaky store instead of dying.
+"""Writes whose outcome the store could not report (``OutcomeUnknownError``) are settled by
+reading the key back, so a learner survives a flaky store instead of dying.
 
 The manifest (its digest), the run's identifier list (its bytes), the lease's create, its
-takeover and its renewals (the holder's token, incarnation and sequence number): each is
-written through a mailbox that loses the response to a write after storing it, or loses the
-request before storing it.
+takeover and its renewals (the holder's token, incarnation and sequence number), a claim's
+swaps to done, to released and to a new owner (the new claim's token), and the records whose
+presence is what counts (``done/``, ``reclaimed/``, idle markers): each is written through a
+mailbox that loses the response to a write after storing it, or loses the request before
+storing it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ import pytest
 
 from gradientmail import Mailbox
 from gradientmail._errors import OutcomeUnknownError
-from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._claims import claim_body, parse_claim, swap_claim
+from gradientmail.patterns._leases import Lease, LeaseWatcher
+from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
+from gradientmail.patterns.shared_queue._unit_claims import CLAIMED, DONE, RELEASED
 from tests.support.delegating import Delegating
 
 UNITS = {f"u{i}": i for i in range(6)}
@@ -30,7 +36,7 @@ def box(local_box: Mailbox) -> Mailbox:
 
 
 class Ambiguous(Delegating):
-    """Raises OutcomeUnknownError on the first conditional write to each key under
+    """Raises OutcomeUnknownError on the first create, and on the first swap, of each key under
     ``prefixes``: after storing it (a lost response) or instead of it (a lost request)."""
 
     def __init__(self, inner: Mailbox, prefixes: tuple[str, ...], *, stored: bool) -> None:
@@ -38,22 +44,24 @@ class Ambiguous(Delegating):
         self.prefixes = prefixes
         self.stored = stored
         self.hit: list[str] = []
+        self.kinds: set[tuple[str, str]] = set()
 
-    def _first(self, key: str) -> bool:
-        if key.startswith(self.prefixes) and key not in self.hit:
+    def _first(self, key: str, kind: str) -> bool:
+        if key.startswith(self.prefixes) and (kind, key) not in self.kinds:
+            self.kinds.add((kind, key))
             self.hit.append(key)
             return True
         return False
 
     def put_if_absent(self, key: str, data: Any) -> bool:
-        if self._first(key):
+        if self._first(key, "create"):
             if self.stored:
                 self.inner.put_if_absent(key, data)
             raise OutcomeUnknownError("response lost (test)", key=key)
         return bool(self.inner.put_if_absent(key, data))
 
     def put_if_match(self, key: str, data: Any, version: Any) -> Any:
-        if self._first(key):
+        if self._first(key, "swap"):
             if self.stored:
                 self.inner.put_if_match(key, data, version)
             raise OutcomeUnknownError("response lost (test)", key=key)
@@ -89,3 +97,64 @@ def test_a_lease_renewal_whose_outcome_was_lost_is_settled_by_its_record(
     lease.ensure_fresh()
     assert not lease.lost
     lease.end()
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
+def test_ambiguous_claim_swaps_and_completion_records_are_settled(
+    box: Mailbox, stored: bool
+) -> None:
+    # Every unit's claim swap to done, and its done/ record, is ambiguous once.
+    lossy = Ambiguous(box, ("units/", "done/"), stored=stored)
+    with shared_queue(UNITS, mailbox=lossy, learner_id="a", load=lambda u: [u]) as q:  # type: ignore[arg-type]
+        assert sorted(q) == sorted(UNITS.values())
+    assert {("swap", f"units/{u}") for u in UNITS} <= lossy.kinds
+    assert {("create", f"done/{u}") for u in UNITS} <= lossy.kinds
+    assert sorted(box.list("done/")) == sorted(f"done/{u}" for u in UNITS)
+    for unit in UNITS:
+        record = parse_claim(box.get(f"units/{unit}"))
+        assert record is not None
+        assert record.extra["state"] == DONE
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
+def test_ambiguous_releases_and_takeovers_are_settled(box: Mailbox, stored: bool) -> None:
+    # "a" leaves early, releasing what it holds (a swap each); "b" takes the released units
+    # over (a swap and a reclaimed/ marker each); every one of those writes is ambiguous once.
+    lossy = Ambiguous(box, ("units/", "reclaimed/"), stored=stored)
+    with shared_queue(UNITS, mailbox=lossy, learner_id="a", load=lambda u: [u], prefetch=4) as q:  # type: ignore[arg-type]
+        first = next(q)
+    claims = {key: parse_claim(box.get(key)) for key in box.list("units/")}
+    released = [k[len("units/") :] for k, c in claims.items() if c and c.extra["state"] == RELEASED]
+    assert released, "leaving early released the units held"
+    with shared_queue(UNITS, mailbox=lossy, learner_id="b", load=lambda u: [u]) as q:  # type: ignore[arg-type]
+        rest = sorted(q)
+    # A unit left unfinished is released and trained again, from its first item.
+    assert {first, *rest} == set(UNITS.values())
+    assert {UNITS[u] for u in released} <= set(rest)
+    assert {("swap", f"units/{u}") for u in released} <= lossy.kinds
+    assert {("create", f"reclaimed/{u}") for u in released} <= lossy.kinds
+    assert sorted(box.list("reclaimed/")) == sorted(f"reclaimed/{u}" for u in released)
+    assert len(list(box.list("done/"))) == len(UNITS)
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
+def test_an_ambiguous_idle_marker_is_settled(box: Mailbox, stored: bool) -> None:
+    lossy = Ambiguous(box, ("idle/",), stored=stored)
+    watch = IdleWatch(
+        lossy, RunLayout(0), "a", 1, LeaseWatcher(box, LEASES_PREFIX, duration=60.0), 20.0
+    )  # type: ignore[arg-type]
+    watch.mark()
+    assert lossy.kinds == {("create", "idle/a")}
+    assert list(box.list("idle/")) == ["idle/a"]
+
+
+def test_a_claim_swap_still_ambiguous_after_every_try_raises(box: Mailbox) -> None:
+    class NeverSays(Delegating):
+        def put_if_match(self, key: str, data: Any, version: Any) -> Any:
+            raise OutcomeUnknownError("response lost (test)", key=key)
+
+    box.put_if_absent("units/u0", claim_body("a", "t0", state=CLAIMED))
+    _, version = box.get_versioned("units/u0")
+    with pytest.raises(OutcomeUnknownError):
+        swap_claim(NeverSays(box), "units/u0", "a", version, state=DONE)  # type: ignore[arg-type]
+    assert parse_claim(box.get("units/u0")).extra["state"] == CLAIMED  # type: ignore[union-attr]

@@ -31,12 +31,12 @@ from gradientmail.backends._options import redact
 from gradientmail.mailbox import Capability, Mailbox, Version
 from gradientmail.patterns._claims import (
     ClaimRecord,
-    claim_body,
     claim_versioned,
     encode_record,
-    new_token,
+    ensure_created,
     parse_claim,
     previous_owners,
+    swap_claim,
 )
 from gradientmail.patterns._run_layout import RunLayout
 
@@ -152,8 +152,10 @@ class UnitClaims:
         Returns the held unit, or ``None`` when another learner changed the claim first.
         """
         previous = [*previous_owners(record), record.owner]
-        body = claim_body(self.learner_id, new_token(), **self._extra(CLAIMED, previous))
-        new = self.mailbox.put_if_match(self.layout.units + identifier, body, version)
+        key = self.layout.units + identifier
+        new = swap_claim(
+            self.mailbox, key, self.learner_id, version, **self._extra(CLAIMED, previous)
+        )
         if new is None:
             _log.debug(
                 "%r lost the takeover of unit %r to another learner", self.learner_id, identifier
@@ -161,15 +163,16 @@ class UnitClaims:
             return None
         if record.owner != self.learner_id:
             marker = encode_record({"from": record.owner, "by": self.learner_id, "at": time.time()})
-            self.mailbox.put_if_absent(self.layout.reclaimed + identifier, marker)
+            ensure_created(self.mailbox, self.layout.reclaimed + identifier, marker)
         return Held(identifier, new, previous)
 
     def complete(self, held: Held) -> bool:
         """Record that ``held`` is done; ``False`` when it was taken over (nothing recorded)."""
         if self.cas:
             assert held.version is not None
-            body = claim_body(self.learner_id, new_token(), **self._extra(DONE, held.previous))
-            new = self.mailbox.put_if_match(self.layout.units + held.identifier, body, held.version)
+            key = self.layout.units + held.identifier
+            extra = self._extra(DONE, held.previous)
+            new = swap_claim(self.mailbox, key, self.learner_id, held.version, **extra)
             if new is None:
                 _log.warning(
                     "%r could not record the completion of unit %r: another learner took it "
@@ -180,14 +183,14 @@ class UnitClaims:
                 return False
             held.version = new
         record = encode_record({"by": self.learner_id, "at": time.time()})
-        self.mailbox.put_if_absent(self.layout.done + held.identifier, record)
+        ensure_created(self.mailbox, self.layout.done + held.identifier, record)
         return True
 
     def finish_done_claim(self, identifier: str) -> None:
         """Create ``done/{id}`` for a claim already in the ``done`` state (its owner died
         between the two writes of :meth:`complete`)."""
         record = encode_record({"by": self.learner_id, "at": time.time(), "repaired": True})
-        self.mailbox.put_if_absent(self.layout.done + identifier, record)
+        ensure_created(self.mailbox, self.layout.done + identifier, record)
 
     def release(self, held: Held) -> bool:
         """Give ``held`` back unfinished; ``False`` when it was taken over meanwhile."""
@@ -196,8 +199,8 @@ class UnitClaims:
             self.mailbox.delete(key)
             return True
         assert held.version is not None
-        body = claim_body(self.learner_id, new_token(), **self._extra(RELEASED, held.previous))
-        released = self.mailbox.put_if_match(key, body, held.version) is not None
+        extra = self._extra(RELEASED, held.previous)
+        released = swap_claim(self.mailbox, key, self.learner_id, held.version, **extra) is not None
         if not released:
             _log.debug("%r could not release unit %r: taken over", self.learner_id, held.identifier)
         return released
