@@ -470,17 +470,45 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/_claims.py",
         (
             (
-                "            if attempt == SETTLE_ATTEMPTS:\n"
-                "                raise\n"
-                '            _log.info("creating %r again',
-                "            if True:\n"
-                "                raise\n"
-                '            _log.info("creating %r again',
+                "                continue  # ours did not land (or not yet): create again\n",
+                "                raise\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_ambiguous_writes.py",
+            "tests/patterns/pipeline/test_pipeline_ambiguous_writes.py",
+        ),
+        "a record whose create was lost before the store saw it (a completion, a marker, a "
+        "manifest, a pipeline item) kills the learner instead of being sent again",
+    ),
+    Mutant(
+        "record-create-takes-any-record-as-ours",
+        "patterns/_claims.py",
+        (
+            (
+                "            return True if same is None else same(stored)\n",
+                "            return True\n",
             ),
         ),
         ("tests/patterns/shared_queue/test_ambiguous_writes.py",),
-        "a completion record or idle marker whose outcome was lost kills the learner instead "
-        "of being sent again",
+        "an ambiguous create that finds another run's manifest or another producer's record "
+        "counts it as its own: two runs mix in one namespace",
+    ),
+    Mutant(
+        "completion-error-kills-the-recorder",
+        "patterns/shared_queue/_recorder.py",
+        (
+            (
+                "        except BaseException as exc:  # noqa: BLE001 - any failure must reach",
+                '        except __import__("gradientmail").BackendError as exc:  # noqa: BLE001 -',
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_ambiguous_writes.py::"
+            "test_any_error_recording_a_completion_reaches_the_loop",
+        ),
+        "an error other than the store's while recording a completion ends the recorder "
+        "thread with the unit still held: the loader waits for it, and the training loop hangs",
     ),
     # -- leases ------------------------------------------------------------------------------
     Mutant(
@@ -817,20 +845,24 @@ MUTANTS: tuple[Mutant, ...] = (
         "the old version and its next renewal thinks the lease was taken",
     ),
     Mutant(
-        "manifest-create-unsettled",
-        "patterns/_run_layout.py",
+        "record-create-unsettled",
+        "patterns/_claims.py",
         (
             (
-                "        except OutcomeUnknownError:\n"
+                "        except OutcomeUnknownError as exc:\n"
                 "            try:\n"
                 "                stored = mailbox.get(key)",
-                "        except KeyError:\n"
+                "        except KeyError as exc:\n"
                 "            try:\n"
                 "                stored = mailbox.get(key)",
             ),
         ),
-        ("tests/patterns/shared_queue/test_ambiguous_writes.py",),
-        "an ambiguous create of the manifest or the identifier list kills the learner",
+        (
+            "tests/patterns/shared_queue/test_ambiguous_writes.py",
+            "tests/patterns/pipeline/test_pipeline_ambiguous_writes.py",
+        ),
+        "an ambiguous create of the manifest, the identifier list, a completion or a "
+        "pipeline record kills the learner",
     ),
     Mutant(
         "manifest-values-ignored",

@@ -6,8 +6,8 @@
 * :class:`ClaimRecord` is what a claim key holds, written by :func:`claim_body` and read by
   :func:`parse_claim` / :func:`read_claim`.
 * :func:`swap_claim` replaces a claim the caller read (a takeover, a completion, a
-  release), and :func:`ensure_created` creates a record whose presence is what counts (a
-  completion, a marker). Both settle a write whose outcome the store could not report
+  release), and :func:`create_settled` creates any other record (a completion, a marker,
+  a manifest, a pipeline's items). Both settle a write whose outcome the store could not report
   (``OutcomeUnknownError``) by a read, so a slow or flaky store never kills a learner.
 * :func:`encode_record` / :func:`decode_record` are the one JSON codec for every record the
   patterns store (claims, leases, progress, manifests).
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,9 +40,9 @@ __all__ = [
     "claim",
     "claim_body",
     "claim_versioned",
+    "create_settled",
     "decode_record",
     "encode_record",
-    "ensure_created",
     "new_token",
     "parse_claim",
     "read_claim",
@@ -282,21 +283,32 @@ def swap_claim(
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def ensure_created(mailbox: Mailbox, key: str, data: bytes) -> None:
-    """Create ``key`` holding ``data`` unless it exists: for records whose presence is what
-    counts (``done/{id}``, ``reclaimed/{id}``, an idle marker), whoever wrote them.
+def create_settled(
+    mailbox: Mailbox, key: str, data: bytes, same: Callable[[bytes], bool] | None = None
+) -> bool:
+    """``put_if_absent``, with an outcome the store could not report settled by a read.
 
-    A create the store could not report is simply sent again: it creates the key, or finds
-    it there (ours or another's), and either way the key exists.
+    After an ambiguous create the key is read back: missing, the create did not land and is
+    sent again; present, ``same(stored)`` says whether what is stored is as good as ours
+    (our bytes, the same digest), and then the create counts as ours. Without ``same``, any
+    record counts: for records whose presence is what counts (``done/{id}``, a marker).
+
+    Returns:
+        Whether the key now holds our record (or one as good), as ``put_if_absent`` would.
 
     Raises:
         OutcomeUnknownError: still ambiguous after :data:`SETTLE_ATTEMPTS` tries.
     """
     for attempt in range(1, SETTLE_ATTEMPTS + 1):
         try:
-            mailbox.put_if_absent(key, data)
-            return
+            return mailbox.put_if_absent(key, data)
         except OutcomeUnknownError as exc:
-            if attempt == SETTLE_ATTEMPTS:
-                raise
-            _log.info("creating %r again: the store could not tell (%s)", key, exc)
+            try:
+                stored = mailbox.get(key)
+            except KeyNotFoundError:
+                if attempt == SETTLE_ATTEMPTS:
+                    raise
+                _log.info("creating %r again: the store could not tell (%s)", key, exc)
+                continue  # ours did not land (or not yet): create again
+            return True if same is None else same(stored)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

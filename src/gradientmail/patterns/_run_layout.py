@@ -46,17 +46,15 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gradientmail._errors import (
-    KeyNotFoundError,
-    OutcomeUnknownError,
     RunMismatchError,
 )
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns._claims import decode_record, encode_record, read_record
+from gradientmail.patterns._claims import create_settled, decode_record, encode_record, read_record
 
 __all__ = [
     "EPOCHS_PREFIX",
@@ -129,31 +127,6 @@ def digest_of(identifiers: Iterable[str]) -> str:
     return hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
 
-def _settled_create(
-    mailbox: Mailbox, key: str, data: bytes, same: Callable[[bytes], bool], tries: int = 3
-) -> bool:
-    """``put_if_absent``, with an ambiguous outcome settled by reading the key back.
-
-    ``same(stored)`` says whether what is stored is as good as ours (the same digest):
-    then the create counts as ours. A key still missing is created again.
-
-    Raises:
-        OutcomeUnknownError: still ambiguous after ``tries`` attempts.
-    """
-    for attempt in range(tries):
-        try:
-            return mailbox.put_if_absent(key, data)
-        except OutcomeUnknownError:
-            try:
-                stored = mailbox.get(key)
-            except KeyNotFoundError:
-                if attempt + 1 == tries:
-                    raise
-                continue  # our create did not land (or not yet): create again
-            return same(stored)
-    raise AssertionError("unreachable")
-
-
 def values_digest(units: Mapping[str, Any]) -> str | None:
     """SHA-256 over each unit's identifier and value as JSON, in identifier order.
 
@@ -197,11 +170,11 @@ def check_manifest(
         # The list first: whoever reads the manifest can then always read the list.
         own_list = f"{MANIFEST_UNITS_KEY}/{digest}"
         listed = json.dumps(ordered).encode("utf-8")
-        wrote_list = _settled_create(mailbox, own_list, listed, lambda data: data == listed)
+        wrote_list = create_settled(mailbox, own_list, listed, lambda data: data == listed)
         body = {"units": len(identifiers), "digest": digest, "created_at": time.time()}
         if values is not None:
             body["values"] = values
-        created = _settled_create(
+        created = create_settled(
             mailbox,
             MANIFEST_KEY,
             encode_record(body),

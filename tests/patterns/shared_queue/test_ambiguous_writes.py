@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail._errors import OutcomeUnknownError
-from gradientmail.patterns._claims import claim_body, parse_claim, swap_claim
+from gradientmail._errors import OutcomeUnknownError, WorkerError
+from gradientmail.patterns._claims import claim_body, create_settled, parse_claim, swap_claim
 from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
 from gradientmail.patterns.shared_queue._unit_claims import CLAIMED, DONE, RELEASED
+from tests.support.ambiguous import Ambiguous
 from tests.support.delegating import Delegating
 
 UNITS = {f"u{i}": i for i in range(6)}
@@ -33,39 +34,6 @@ def box(local_box: Mailbox) -> Mailbox:
     """``memory://`` and ``file://``: the mechanism is gradientmail's own, above the
     Mailbox interface (see ``tests.support.rigs.local_rig``)."""
     return local_box
-
-
-class Ambiguous(Delegating):
-    """Raises OutcomeUnknownError on the first create, and on the first swap, of each key under
-    ``prefixes``: after storing it (a lost response) or instead of it (a lost request)."""
-
-    def __init__(self, inner: Mailbox, prefixes: tuple[str, ...], *, stored: bool) -> None:
-        super().__init__(inner)
-        self.prefixes = prefixes
-        self.stored = stored
-        self.hit: list[str] = []
-        self.kinds: set[tuple[str, str]] = set()
-
-    def _first(self, key: str, kind: str) -> bool:
-        if key.startswith(self.prefixes) and (kind, key) not in self.kinds:
-            self.kinds.add((kind, key))
-            self.hit.append(key)
-            return True
-        return False
-
-    def put_if_absent(self, key: str, data: Any) -> bool:
-        if self._first(key, "create"):
-            if self.stored:
-                self.inner.put_if_absent(key, data)
-            raise OutcomeUnknownError("response lost (test)", key=key)
-        return bool(self.inner.put_if_absent(key, data))
-
-    def put_if_match(self, key: str, data: Any, version: Any) -> Any:
-        if self._first(key, "swap"):
-            if self.stored:
-                self.inner.put_if_match(key, data, version)
-            raise OutcomeUnknownError("response lost (test)", key=key)
-        return self.inner.put_if_match(key, data, version)
 
 
 @pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
@@ -158,3 +126,30 @@ def test_a_claim_swap_still_ambiguous_after_every_try_raises(box: Mailbox) -> No
     with pytest.raises(OutcomeUnknownError):
         swap_claim(NeverSays(box), "units/u0", "a", version, state=DONE)  # type: ignore[arg-type]
     assert parse_claim(box.get("units/u0")).extra["state"] == CLAIMED  # type: ignore[union-attr]
+
+
+def test_an_ambiguous_create_that_finds_another_record_is_not_ours(box: Mailbox) -> None:
+    box.put_if_absent("pipeline", b"another run's manifest")
+    lossy = Ambiguous(box, ("pipeline",), stored=True)
+    mine = b"this run's manifest"
+    assert not create_settled(lossy, "pipeline", mine, lambda stored: stored == mine)  # type: ignore[arg-type]
+    again = Ambiguous(box, ("pipeline",), stored=True)
+    assert create_settled(again, "pipeline", mine)  # type: ignore[arg-type]  # presence counts
+    assert box.get("pipeline") == b"another run's manifest"
+
+
+@pytest.mark.timeout(20)  # the failure this guards against was a hang
+def test_any_error_recording_a_completion_reaches_the_loop(box: Mailbox) -> None:
+    class BrokenCompletions(Delegating):
+        def put_if_absent(self, key: str, data: Any) -> bool:
+            if key.startswith("done/"):
+                raise RuntimeError("a bug in a plug-in backend (test)")
+            return bool(self.inner.put_if_absent(key, data))
+
+    broken = BrokenCompletions(box)
+    with (
+        pytest.raises(WorkerError, match="while recording the completion of unit 'u0'"),
+        shared_queue(UNITS, mailbox=broken, learner_id="a", load=lambda u: [u], prefetch=1) as q,  # type: ignore[arg-type]
+    ):
+        for _ in q:
+            pass

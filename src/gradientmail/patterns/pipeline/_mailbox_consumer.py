@@ -37,6 +37,7 @@ from gradientmail._errors import (
     PipelineStalledError,
 )
 from gradientmail.mailbox import Mailbox
+from gradientmail.patterns._claims import create_settled
 from gradientmail.patterns._hash_ring import point
 from gradientmail.patterns._leases import LeaseWatcher
 from gradientmail.patterns._workers import Backoff, CarriedError, HandoffBuffer, Worker
@@ -224,7 +225,8 @@ class MailboxConsumer(Consumer[Any]):
                 # Every item of this producer is claimed, ours already handed over.
                 producer, end = failed
                 reason = f"producer {producer!r} ended {end.status}"
-                self._box.put_if_absent(ABORTED_KEY, Aborted(reason, producer=producer).to_bytes())
+                aborted = Aborted(reason, producer=producer).to_bytes()
+                create_settled(self._box, ABORTED_KEY, aborted)
                 raise self._producers.failure(producer, end)
             if taken is not None:
                 continue

@@ -31,7 +31,7 @@ from gradientmail._errors import (
     ProducerRegistrationError,
 )
 from gradientmail.backends._base import as_bytes
-from gradientmail.patterns._claims import new_token
+from gradientmail.patterns._claims import create_settled, new_token
 from gradientmail.patterns._workers import Backoff, CarriedError
 from gradientmail.patterns.pipeline._records import (
     End,
@@ -72,8 +72,8 @@ class MailboxProducer(Producer[bytes]):
         self._stopped: str | None = None  # why put() refuses: fenced or aborted
         self._aborted_checked = time.monotonic()
         key = registered_key(producer_id)
-        registration = Registration(socket.gethostname(), os.getpid(), self._token)
-        if not self._box.put_if_absent(key, registration.to_bytes()):
+        registration = Registration(socket.gethostname(), os.getpid(), self._token).to_bytes()
+        if not create_settled(self._box, key, registration, lambda stored: stored == registration):
             other = Registration.read(self._box, key)
             by = "" if other is None else f" by {other.host} (pid {other.pid})"
             raise ProducerRegistrationError(
@@ -132,7 +132,7 @@ class MailboxProducer(Producer[bytes]):
         if self._seq - self._claimed >= self._core.share:
             self._wait_for_room()
         key = item_key(self.id, self._seq)
-        if not self._box.put_if_absent(key, body):
+        if not create_settled(self._box, key, body, lambda stored: stored == body):
             raise PipelineError(
                 f"{key!r} already exists: another process is writing as producer {self.id!r}, "
                 "or the mailbox holds an earlier run; use a new namespace per run"
@@ -167,9 +167,9 @@ class MailboxProducer(Producer[bytes]):
 
     def _finish(self, status: EndStatus, error: CarriedError | None = None) -> None:
         self._finished = True
-        end = End(status, count=self._seq, by=self.id, token=self._token, error=error)
+        end = End(status, count=self._seq, by=self.id, token=self._token, error=error).to_bytes()
         try:
-            stored = self._box.put_if_absent(end_key(self.id), end.to_bytes())
+            stored = create_settled(self._box, end_key(self.id), end, lambda found: found == end)
         finally:
             self._end_lease("finished" if status == "done" else "failed")
         if not stored:

@@ -11,6 +11,7 @@ from gradientmail._errors import ConfigurationError, InvalidKeyError, NotSupport
 from gradientmail._keys import validate_key
 from gradientmail.backends._options import lease_seconds, positive
 from gradientmail.mailbox import Capability, Mailbox
+from gradientmail.patterns._claims import create_settled
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns.pipeline._records import (
     ABORTED_KEY,
@@ -96,8 +97,9 @@ class MailboxRun:
 
     def _check_manifest(self) -> None:
         manifest = Manifest(self.declared, self.settings.capacity)
-        if self.mailbox.put_if_absent(MANIFEST_KEY, manifest.to_bytes()):
-            return
+        body = manifest.to_bytes()
+        if create_settled(self.mailbox, MANIFEST_KEY, body, lambda stored: stored == body):
+            return  # ours (or, settling an ambiguous create, the same bytes)
         stored = Manifest.read(self.mailbox, MANIFEST_KEY)
         if stored != manifest:
             shown = None if stored is None else stored.fields()
@@ -115,7 +117,7 @@ class MailboxRun:
         )
 
     def abort(self, reason: str) -> None:
-        self.mailbox.put_if_absent(ABORTED_KEY, Aborted(reason).to_bytes())
+        create_settled(self.mailbox, ABORTED_KEY, Aborted(reason).to_bytes())
 
     def aborted(self) -> Aborted | None:
         """The abort record, if the pipeline was aborted or failed."""

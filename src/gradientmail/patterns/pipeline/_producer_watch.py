@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gradientmail._errors import ProducerFailedError, ProducerLostError
+from gradientmail.patterns._claims import create_settled
 from gradientmail.patterns._leases import LeaseState, LeaseWatcher
 from gradientmail.patterns._workers import CarriedError
 from gradientmail.patterns.pipeline._records import PRODUCER_LEASES, End, end_key, exists, item_key
@@ -122,8 +123,8 @@ class ProducerWatch:
         while exists(self._box, item_key(producer, count)):
             count += 1
         silent = self._settings.lease
-        lost = End("lost", count=count, by=self._consumer, token=None, silent_s=silent)
-        if self._box.put_if_absent(end_key(producer), lost.to_bytes()):
+        lost = End("lost", count=count, by=self._consumer, token=None, silent_s=silent).to_bytes()
+        if create_settled(self._box, end_key(producer), lost, lambda stored: stored == lost):
             _log.warning(
                 "consumer %r declared producer %r lost after %d item(s): its lease was not "
                 "renewed for %.1fs",

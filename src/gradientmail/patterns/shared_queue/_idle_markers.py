@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from gradientmail._errors import KeyNotFoundError
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns._claims import encode_record, ensure_created
+from gradientmail.patterns._claims import create_settled, encode_record
 from gradientmail.patterns._hash_ring import Ring, rank
 from gradientmail.patterns._leases import LeaseState, LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
@@ -146,7 +146,7 @@ class IdleWatch:
     def _mark_for(self, holder: str, why: str) -> None:
         record = {"by": self.learner, "incarnation": self.incarnation, "why": why}
         record["at"] = time.time()
-        ensure_created(self.mailbox, self.prefix + holder, encode_record(record))
+        create_settled(self.mailbox, self.prefix + holder, encode_record(record))
 
     # -- polling ------------------------------------------------------------------------------
 

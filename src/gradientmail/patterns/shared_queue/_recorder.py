@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gradientmail._errors import BackendError, LeaseLostError
+from gradientmail._errors import LeaseLostError
 from gradientmail.patterns._in_order import InOrderRecorder
 from gradientmail.patterns._workers import CarriedError
 from gradientmail.patterns.shared_queue._buffer_entries import Wake
@@ -44,7 +44,8 @@ class CompletionRecorder:
         self._worker = worker
         self._wake = wake
         self._recorded = recorded
-        #: The first failure: a ``WorkerError`` from the store, or ``LeaseLostError``.
+        #: The first failure: a ``WorkerError`` (the store's error, or any other), or
+        #: ``LeaseLostError``.
         self.error: BaseException | None = None
         name = f"gradientmail-completions-{claims.learner_id}"
         self._thread: InOrderRecorder[Held] = InOrderRecorder(name, self._complete)
@@ -76,7 +77,9 @@ class CompletionRecorder:
     def _record(self, held: Held) -> bool:
         try:
             recorded = self._claims.complete(held)
-        except BackendError as exc:
+        except BaseException as exc:  # noqa: BLE001 - any failure must reach the consumer
+            # A store error, or anything else: left uncaught it would end this thread with
+            # the unit still held, and a loader waiting for that completion would wait on.
             context = f"while recording the completion of unit {held.identifier!r}"
             self.error = CarriedError.of(exc).error(self._worker, context)
             return False

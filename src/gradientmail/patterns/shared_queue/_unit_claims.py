@@ -32,8 +32,8 @@ from gradientmail.mailbox import Capability, Mailbox, Version
 from gradientmail.patterns._claims import (
     ClaimRecord,
     claim_versioned,
+    create_settled,
     encode_record,
-    ensure_created,
     parse_claim,
     previous_owners,
     swap_claim,
@@ -163,7 +163,7 @@ class UnitClaims:
             return None
         if record.owner != self.learner_id:
             marker = encode_record({"from": record.owner, "by": self.learner_id, "at": time.time()})
-            ensure_created(self.mailbox, self.layout.reclaimed + identifier, marker)
+            create_settled(self.mailbox, self.layout.reclaimed + identifier, marker)
         return Held(identifier, new, previous)
 
     def complete(self, held: Held) -> bool:
@@ -183,14 +183,14 @@ class UnitClaims:
                 return False
             held.version = new
         record = encode_record({"by": self.learner_id, "at": time.time()})
-        ensure_created(self.mailbox, self.layout.done + held.identifier, record)
+        create_settled(self.mailbox, self.layout.done + held.identifier, record)
         return True
 
     def finish_done_claim(self, identifier: str) -> None:
         """Create ``done/{id}`` for a claim already in the ``done`` state (its owner died
         between the two writes of :meth:`complete`)."""
         record = encode_record({"by": self.learner_id, "at": time.time(), "repaired": True})
-        ensure_created(self.mailbox, self.layout.done + identifier, record)
+        create_settled(self.mailbox, self.layout.done + identifier, record)
 
     def release(self, held: Held) -> bool:
         """Give ``held`` back unfinished; ``False`` when it was taken over meanwhile."""
