@@ -329,6 +329,8 @@ class ClaimPolicy:
                 short, short_last = seen, last  # the freshest page that showed one
             search.dry += 1
             if search.dry >= DRY_PAGES:
+                if short is not None:
+                    break  # only short runs are left: take the freshest page's
                 return None  # the end is near: sweep the share, then rest
             run = runs.run_after(last, shortest=SHORT_RUN) or runs.run_after(last)
             if run is not None and run[0] <= last:
