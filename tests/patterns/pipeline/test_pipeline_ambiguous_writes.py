@@ -1,7 +1,8 @@
 """A pipeline over a store that cannot always say whether a write landed: the manifest, the
 registration, every item, the end record and the abort record are each ambiguous once, and
 each is settled by reading it back (our bytes, or for the abort any record), so producers
-and consumers survive and every item arrives exactly once."""
+and consumers survive and every item arrives exactly once. ``local_box`` (memory and file)
+suffices: the settling is gradientmail's own, above the Mailbox interface."""
 
 from __future__ import annotations
 
@@ -17,18 +18,11 @@ from tests.support.ambiguous import Ambiguous
 ITEMS = [f"item-{i}".encode() for i in range(12)]
 
 
-@pytest.fixture
-def box(local_box: Mailbox) -> Mailbox:
-    """``memory://`` and ``file://``: the settling is gradientmail's own, above the
-    Mailbox interface (see ``tests.support.rigs.local_rig``)."""
-    return local_box
-
-
 @pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
 def test_every_record_and_item_settled_and_each_item_arrives_once(
-    box: Mailbox, stored: bool
+    local_box: Mailbox, stored: bool
 ) -> None:
-    lossy = Ambiguous(box, ("pipeline", "producers/", "items/"), stored=stored)
+    lossy = Ambiguous(local_box, ("pipeline", "producers/", "items/"), stored=stored)
     # A short lease: a producer that died without its end record fails the run soon.
     pipe = Pipeline.over_mailbox(lossy, ["p0"], capacity=32, lease=5, heartbeat_interval=1)  # type: ignore[arg-type]
     errors: list[BaseException] = []
@@ -56,11 +50,11 @@ def test_every_record_and_item_settled_and_each_item_arrives_once(
 
 
 @pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
-def test_an_ambiguous_abort_record_still_aborts(box: Mailbox, stored: bool) -> None:
-    lossy = Ambiguous(box, ("aborted",), stored=stored)
+def test_an_ambiguous_abort_record_still_aborts(local_box: Mailbox, stored: bool) -> None:
+    lossy = Ambiguous(local_box, ("aborted",), stored=stored)
     pipe = Pipeline.over_mailbox(lossy, ["p0"])  # type: ignore[arg-type]
     pipe.abort("stopped by the test")  # settled: it neither raises nor leaves no record
     assert ("create", "aborted") in lossy.kinds
-    record = Aborted.read(box, ABORTED_KEY)
+    record = Aborted.read(local_box, ABORTED_KEY)
     assert record is not None
     assert record.reason == "stopped by the test"

@@ -6,7 +6,8 @@ takeover and its renewals (the holder's token, incarnation and sequence number),
 swaps to done, to released and to a new owner (the new claim's token), and the records whose
 presence is what counts (``done/``, ``reclaimed/``, idle markers): each is written through a
 mailbox that loses the response to a write after storing it, or loses the request before
-storing it.
+storing it. ``local_box`` (memory and file) suffices: the settling is gradientmail's own,
+above the Mailbox interface.
 """
 
 from __future__ import annotations
@@ -29,32 +30,25 @@ from tests.support.delegating import Delegating
 UNITS = {f"u{i}": i for i in range(6)}
 
 
-@pytest.fixture
-def box(local_box: Mailbox) -> Mailbox:
-    """``memory://`` and ``file://``: the mechanism is gradientmail's own, above the
-    Mailbox interface (see ``tests.support.rigs.local_rig``)."""
-    return local_box
-
-
 @pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
 def test_a_queue_survives_ambiguous_manifest_list_and_lease_writes(
-    box: Mailbox, stored: bool
+    local_box: Mailbox, stored: bool
 ) -> None:
-    lossy = Ambiguous(box, ("manifest", "leases/"), stored=stored)
+    lossy = Ambiguous(local_box, ("manifest", "leases/"), stored=stored)
     with shared_queue(UNITS, mailbox=lossy, learner_id="a", load=lambda u: [u]) as q:  # type: ignore[arg-type]
         got = sorted(q)
     assert got == sorted(UNITS.values())
     assert {"manifest", "leases/a"} <= set(lossy.hit)
-    assert len(list(box.list("done/"))) == len(UNITS)
+    assert len(list(local_box.list("done/"))) == len(UNITS)
 
 
 @pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
 def test_a_lease_renewal_whose_outcome_was_lost_is_settled_by_its_record(
-    box: Mailbox, stored: bool
+    local_box: Mailbox, stored: bool
 ) -> None:
-    lease = Lease(box, "leases/n", "n", duration=30)
+    lease = Lease(local_box, "leases/n", "n", duration=30)
     lease.acquire()
-    lossy = Ambiguous(box, ("leases/",), stored=stored)
+    lossy = Ambiguous(local_box, ("leases/",), stored=stored)
     lease.mailbox = lossy  # type: ignore[assignment]
     if stored:
         lease.renew()  # landed: adopted, not an error
@@ -69,29 +63,29 @@ def test_a_lease_renewal_whose_outcome_was_lost_is_settled_by_its_record(
 
 @pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
 def test_ambiguous_claim_swaps_and_completion_records_are_settled(
-    box: Mailbox, stored: bool
+    local_box: Mailbox, stored: bool
 ) -> None:
     # Every unit's claim swap to done, and its done/ record, is ambiguous once.
-    lossy = Ambiguous(box, ("units/", "done/"), stored=stored)
+    lossy = Ambiguous(local_box, ("units/", "done/"), stored=stored)
     with shared_queue(UNITS, mailbox=lossy, learner_id="a", load=lambda u: [u]) as q:  # type: ignore[arg-type]
         assert sorted(q) == sorted(UNITS.values())
     assert {("swap", f"units/{u}") for u in UNITS} <= lossy.kinds
     assert {("create", f"done/{u}") for u in UNITS} <= lossy.kinds
-    assert sorted(box.list("done/")) == sorted(f"done/{u}" for u in UNITS)
+    assert sorted(local_box.list("done/")) == sorted(f"done/{u}" for u in UNITS)
     for unit in UNITS:
-        record = parse_claim(box.get(f"units/{unit}"))
+        record = parse_claim(local_box.get(f"units/{unit}"))
         assert record is not None
         assert record.extra["state"] == DONE
 
 
 @pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
-def test_ambiguous_releases_and_takeovers_are_settled(box: Mailbox, stored: bool) -> None:
+def test_ambiguous_releases_and_takeovers_are_settled(local_box: Mailbox, stored: bool) -> None:
     # "a" leaves early, releasing what it holds (a swap each); "b" takes the released units
     # over (a swap and a reclaimed/ marker each); every one of those writes is ambiguous once.
-    lossy = Ambiguous(box, ("units/", "reclaimed/"), stored=stored)
+    lossy = Ambiguous(local_box, ("units/", "reclaimed/"), stored=stored)
     with shared_queue(UNITS, mailbox=lossy, learner_id="a", load=lambda u: [u], prefetch=4) as q:  # type: ignore[arg-type]
         first = next(q)
-    claims = {key: parse_claim(box.get(key)) for key in box.list("units/")}
+    claims = {key: parse_claim(local_box.get(key)) for key in local_box.list("units/")}
     released = [k[len("units/") :] for k, c in claims.items() if c and c.extra["state"] == RELEASED]
     assert released, "leaving early released the units held"
     with shared_queue(UNITS, mailbox=lossy, learner_id="b", load=lambda u: [u]) as q:  # type: ignore[arg-type]
@@ -101,52 +95,52 @@ def test_ambiguous_releases_and_takeovers_are_settled(box: Mailbox, stored: bool
     assert {UNITS[u] for u in released} <= set(rest)
     assert {("swap", f"units/{u}") for u in released} <= lossy.kinds
     assert {("create", f"reclaimed/{u}") for u in released} <= lossy.kinds
-    assert sorted(box.list("reclaimed/")) == sorted(f"reclaimed/{u}" for u in released)
-    assert len(list(box.list("done/"))) == len(UNITS)
+    assert sorted(local_box.list("reclaimed/")) == sorted(f"reclaimed/{u}" for u in released)
+    assert len(list(local_box.list("done/"))) == len(UNITS)
 
 
 @pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
-def test_an_ambiguous_idle_marker_is_settled(box: Mailbox, stored: bool) -> None:
-    lossy = Ambiguous(box, ("idle/",), stored=stored)
+def test_an_ambiguous_idle_marker_is_settled(local_box: Mailbox, stored: bool) -> None:
+    lossy = Ambiguous(local_box, ("idle/",), stored=stored)
     watch = IdleWatch(
-        lossy, RunLayout(0), "a", 1, LeaseWatcher(box, LEASES_PREFIX, duration=60.0), 20.0
+        lossy, RunLayout(0), "a", 1, LeaseWatcher(local_box, LEASES_PREFIX, duration=60.0), 20.0
     )  # type: ignore[arg-type]
     watch.mark()
     assert lossy.kinds == {("create", "idle/a")}
-    assert list(box.list("idle/")) == ["idle/a"]
+    assert list(local_box.list("idle/")) == ["idle/a"]
 
 
-def test_a_claim_swap_still_ambiguous_after_every_try_raises(box: Mailbox) -> None:
+def test_a_claim_swap_still_ambiguous_after_every_try_raises(local_box: Mailbox) -> None:
     class NeverSays(Delegating):
         def put_if_match(self, key: str, data: Any, version: Any) -> Any:
             raise OutcomeUnknownError("response lost (test)", key=key)
 
-    box.put_if_absent("units/u0", claim_body("a", "t0", state=CLAIMED))
-    _, version = box.get_versioned("units/u0")
+    local_box.put_if_absent("units/u0", claim_body("a", "t0", state=CLAIMED))
+    _, version = local_box.get_versioned("units/u0")
     with pytest.raises(OutcomeUnknownError):
-        swap_claim(NeverSays(box), "units/u0", "a", version, state=DONE)  # type: ignore[arg-type]
-    assert parse_claim(box.get("units/u0")).extra["state"] == CLAIMED  # type: ignore[union-attr]
+        swap_claim(NeverSays(local_box), "units/u0", "a", version, state=DONE)  # type: ignore[arg-type]
+    assert parse_claim(local_box.get("units/u0")).extra["state"] == CLAIMED  # type: ignore[union-attr]
 
 
-def test_an_ambiguous_create_that_finds_another_record_is_not_ours(box: Mailbox) -> None:
-    box.put_if_absent("pipeline", b"another run's manifest")
-    lossy = Ambiguous(box, ("pipeline",), stored=True)
+def test_an_ambiguous_create_that_finds_another_record_is_not_ours(local_box: Mailbox) -> None:
+    local_box.put_if_absent("pipeline", b"another run's manifest")
+    lossy = Ambiguous(local_box, ("pipeline",), stored=True)
     mine = b"this run's manifest"
     assert not create_settled(lossy, "pipeline", mine, lambda stored: stored == mine)  # type: ignore[arg-type]
-    again = Ambiguous(box, ("pipeline",), stored=True)
+    again = Ambiguous(local_box, ("pipeline",), stored=True)
     assert create_settled(again, "pipeline", mine)  # type: ignore[arg-type]  # presence counts
-    assert box.get("pipeline") == b"another run's manifest"
+    assert local_box.get("pipeline") == b"another run's manifest"
 
 
 @pytest.mark.timeout(20)  # the failure this guards against was a hang
-def test_any_error_recording_a_completion_reaches_the_loop(box: Mailbox) -> None:
+def test_any_error_recording_a_completion_reaches_the_loop(local_box: Mailbox) -> None:
     class BrokenCompletions(Delegating):
         def put_if_absent(self, key: str, data: Any) -> bool:
             if key.startswith("done/"):
                 raise RuntimeError("a bug in a plug-in backend (test)")
             return bool(self.inner.put_if_absent(key, data))
 
-    broken = BrokenCompletions(box)
+    broken = BrokenCompletions(local_box)
     with (
         pytest.raises(WorkerError, match="while recording the completion of unit 'u"),
         shared_queue(UNITS, mailbox=broken, learner_id="a", load=lambda u: [u], prefetch=1) as q,  # type: ignore[arg-type]
