@@ -319,6 +319,40 @@ MUTANTS: tuple[Mutant, ...] = (
         "consumer's next(), a queue's close) returns before the record has landed",
     ),
     Mutant(
+        "end-notice-waits-the-whole-backoff",
+        "patterns/shared_queue/_waiting.py",
+        (
+            (
+                "        self.closing.wait(min(NOTICE_S, self._poll_at - now))",
+                "        self.closing.wait(self._poll_at - now)",
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_end_notice.py",),
+        "a waiting learner sleeps until its next full poll, up to a renewal period (20 s "
+        "at the default lease), so it notices the end of the epoch that late",
+    ),
+    Mutant(
+        "no-complete-read-between-polls",
+        "patterns/shared_queue/_waiting.py",
+        (
+            (
+                "            return Next.END if self.idle.ended() else Next.WAIT\n",
+                "            return Next.WAIT\n",
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_end_notice.py",),
+        "between full polls a waiting learner reads nothing, so the end reaches it only at "
+        "its next full poll",
+    ),
+    Mutant(
+        "last-idle-leaves-the-end-to-the-leader",
+        "patterns/shared_queue/_waiting.py",
+        (("        if not last:\n", "        if True:\n"),),
+        ("tests/patterns/shared_queue/test_end_notice.py",),
+        "the learner that finishes last waits for the leader to list done/, which it does "
+        "only at its next full poll",
+    ),
+    Mutant(
         "holdings-forget-before-recorded",
         "patterns/shared_queue/_recorder.py",
         (

@@ -31,8 +31,10 @@ working:
   the epoch and the ids among those whose lease says they still work in this epoch (a
   marker a watcher wrote for a learner that left does not lead; the learners ranked below
   it read its lease to know). The leader first lists the leases again in case a learner
-  started unseen. When every unit is done it creates ``complete``, which ends the
-  epoch for the others (one read each per poll); a leader that is slow, or that died
+  started unseen. The learner that marks itself idle last, finding nobody busy, lists
+  ``done/`` at once instead of waiting for the leader. When every unit is done it creates
+  ``complete``, which ends the epoch for the others: a waiting learner reads it once a
+  second (one GET), whatever its polling period. A leader that is slow, or that died
   while idle, is replaced by everyone listing ``done/`` themselves after a renewal period.
   When not every unit is done (a learner was marked while it still worked, or died
   unseen), the learner scans the claims as above, and lists ``done/`` again only after
@@ -126,11 +128,13 @@ class IdleWatch:
 
     # -- this learner's marker ----------------------------------------------------------------
 
-    def mark(self) -> None:
-        """Say that this learner holds no unit and finds none free."""
-        if not self.marked:
-            self._mark_for(self.learner, "idle")
-            self.marked = True
+    def mark(self) -> bool:
+        """Say that this learner holds no unit and finds none free; whether it was busy."""
+        if self.marked:
+            return False
+        self._mark_for(self.learner, "idle")
+        self.marked = True
+        return True
 
     def unmark(self) -> None:
         """Before taking a unit over: this learner is busy again."""

@@ -5,6 +5,12 @@ The one owner of what waiting means: the idle markers and the watchers
 listing of ``done/`` and the end of the epoch. Each :meth:`Waiting.step` does one of
 them and says what the loader does next: claim again, hold a unit taken over, pause,
 or end.
+
+A waiting learner does the expensive part (a page of claims, the idle markers, the watched
+leases) on a backoff that doubles up to one renewal period, but between two of those it
+reads the epoch's one ``complete`` record every :data:`NOTICE_S` seconds (one GET), so it
+notices the end within about a second and a round trip whatever the lease. The learner that
+goes idle last, finding nobody busy, lists ``done/`` at once and writes ``complete``.
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ from gradientmail.patterns.shared_queue._stats import QueueStats
 from gradientmail.patterns.shared_queue._takeover import Hooks, Next, Takeover
 from gradientmail.patterns.shared_queue._unit_claims import Held, Scan, UnitClaims
 
-__all__ = ["Next", "Waiting"]
+__all__ = ["NOTICE_S", "Next", "Waiting"]
 
 _log = logging.getLogger(__name__)
+
+#: The longest a waiting learner goes without reading the epoch's ``complete`` record.
+NOTICE_S = 1.0
 
 
 @dataclass
@@ -76,6 +85,8 @@ class Waiting:
         period = lease.period
         self.backoff = Backoff(period, floor=min(0.1, period))
         self.quiet = _Quiet(confirmed_at=-period)
+        #: When (monotonic) the next full poll is due; until then a step reads ``complete``.
+        self._poll_at = float("-inf")
         watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=lease.duration)
         self.idle = IdleWatch(
             claims.mailbox, claims.layout, claims.learner_id, claims.incarnation, watcher, period
@@ -96,20 +107,33 @@ class Waiting:
         self.takeover.note_own(scan)
 
     def pause(self) -> None:
-        """Wait one polling period (or until the queue closes)."""
-        self.closing.wait(self.backoff.next())  # a polling period, not a sync
+        """Wait until the next full poll is due, or :data:`NOTICE_S` (or the queue closes)."""
+        now = time.monotonic()
+        if now >= self._poll_at:
+            self._poll_at = now + self.backoff.next()
+        self.closing.wait(min(NOTICE_S, self._poll_at - now))  # a polling period, not a sync
 
     def step(self) -> Held | Next:
         """Nothing is free: end, take a unit over, claim again (``FREED``), or ``WAIT``."""
         if not self.claims.cas or not self.wait_for_others:
             return self._decide_once()
+        if time.monotonic() < self._poll_at:
+            # Between full polls: one read of the record that ends the epoch.
+            return Next.END if self.idle.ended() else Next.WAIT
+        found = self._poll()
+        if found is not Next.WAIT:
+            self._poll_at = float("-inf")  # busy again, or done: the next wait polls at once
+        return found
+
+    def _poll(self) -> Held | Next:
+        """One full poll: a page of claims, the idle markers and the watched leases."""
         if self.look():
             return Next.FREED  # a page showed a run still long elsewhere: share it
         # Own units first: an idle marker means "holds nothing".
         if not self.holdings.wait_at_most(0) or self.closing.is_set():
             return Next.END
         idle = self.idle
-        idle.mark()
+        newly = idle.mark()
         poll = idle.poll()
         self.stats.idle_polls += 1
         # All waiting learners together poll about POLLS_PER_SECOND times a second at
@@ -127,10 +151,14 @@ class Waiting:
             found = self.takeover.reclaim()
             idle.settle(poll.suspects)
             return found
-        return self._at_rest(poll.nobody_busy, poll.changed)
+        return self._at_rest(poll.nobody_busy, poll.changed, last=newly)
 
-    def _at_rest(self, nobody_busy: bool, changed: bool) -> Held | Next:
-        """No suspect: wait, or, when nobody is busy, decide whether the epoch is over."""
+    def _at_rest(self, nobody_busy: bool, changed: bool, *, last: bool) -> Held | Next:
+        """No suspect: wait, or, when nobody is busy, decide whether the epoch is over.
+
+        ``last``: this learner has just marked itself idle and found nobody busy, so it was
+        the last to finish: it lists ``done/`` at once rather than leave it to the leader.
+        """
         quiet = self.quiet
         if not nobody_busy:
             quiet.since = None
@@ -141,10 +169,11 @@ class Waiting:
         period = self.backoff.ceiling
         if self.idle.ended():
             return Next.END  # a learner listed done/ and found every unit done
-        if not self.idle.leads() and now - quiet.since < period:
-            return Next.WAIT  # the leader lists done/; its record ends this learner too
-        if not changed and now - quiet.confirmed_at < period:
-            return Next.WAIT  # the last confirmation failed and nothing changed since
+        if not last:
+            if not self.idle.leads() and now - quiet.since < period:
+                return Next.WAIT  # the leader lists done/; its record ends this learner too
+            if not changed and now - quiet.confirmed_at < period:
+                return Next.WAIT  # the last confirmation failed and nothing changed since
         if self.all_done():
             self.idle.record_end(len(self.policy.identifiers))
             return Next.END
