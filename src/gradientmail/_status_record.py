@@ -40,8 +40,19 @@ class RunStatus:
     #: (an epoch asked for with ``--epoch`` may not have started).
     newest_epoch: int = 0
     epoch_started: bool = True
-    #: older epochs with units left, epoch -> units left (default view only).
-    unfinished_epochs: dict[int, int] = field(default_factory=dict)
+    #: units done in each epoch that has begun, epoch -> units done (0 up to the newest).
+    done_per_epoch: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def unfinished_epochs(self) -> dict[int, int]:
+        """Epochs before the one shown with units left: epoch -> units left."""
+        if self.total is None:
+            return {}
+        return {
+            k: self.total - done
+            for k, done in sorted(self.done_per_epoch.items())
+            if k < self.epoch and done < self.total
+        }
 
     @property
     def exists(self) -> bool:

@@ -48,7 +48,7 @@ def _int(value: object) -> str:
 
 def format_status(status: RunStatus) -> str:
     """The status table as text."""
-    header = (
+    header: tuple[str, ...] = (
         "learner",
         "state",
         "claimed",
@@ -58,6 +58,9 @@ def format_status(status: RunStatus) -> str:
         "data wait %",
         "last seen",
     )
+    epochs = status.newest_epoch > 0 or any(r.get("epoch") for r in status.learners)
+    if epochs:
+        header = (*header[:2], "epoch", *header[2:])
     rows = []
     for r in status.learners:
         state = str(r.get("state", "?"))
@@ -69,18 +72,19 @@ def format_status(status: RunStatus) -> str:
         age = f"{_duration(status.now - float(updated))} ago" if number(updated) else "never"
         rate = r.get("rate")
         share = data_wait_share(r, status.now)
-        rows.append(
-            (
-                str(r.get("learner")),
-                state,
-                _int(r.get("units_claimed")),
-                _int(r.get("units_finished")),
-                _int(r.get("samples")),
-                f"{float(rate):.1f}" if number(rate) else "-",
-                "-" if share is None else f"{100 * share:.1f}",
-                age,
-            )
+        at = r.get("epoch")
+        cells = (
+            str(r.get("learner")),
+            state,
+            *([str(at) if isinstance(at, int) else "-"] if epochs else []),
+            _int(r.get("units_claimed")),
+            _int(r.get("units_finished")),
+            _int(r.get("samples")),
+            f"{float(rate):.1f}" if number(rate) else "-",
+            "-" if share is None else f"{100 * share:.1f}",
+            age,
         )
+        rows.append(cells)
     widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
@@ -103,6 +107,9 @@ def format_status(status: RunStatus) -> str:
         f"units{epoch}: {status.done} done of {total}, {status.in_progress} in progress, "
         f"{status.reclaimed} reclaimed, {free} free; ETA {eta}"
     )
+    if len(status.done_per_epoch) > 1:
+        per = ", ".join(f"{k}: {done}" for k, done in sorted(status.done_per_epoch.items()))
+        lines.append(f"units done per epoch: {per} (of {total} each)")
     older = ", ".join(
         f"epoch {k} ({left} left)" for k, left in sorted(status.unfinished_epochs.items())
     )

@@ -26,6 +26,11 @@ Learners
     the ``data_wait_s`` its
     :class:`~gradientmail.session.Session` published. A high figure means the GPU starves.
 
+Epochs
+    In a run of several epochs the table has an ``epoch`` column (the epoch each learner's
+    lease names), and a line gives the units done in every epoch so far (one listing of
+    each epoch's ``done/``).
+
 Units (of the newest epoch, or ``--epoch``)
     ``done`` (completion records), ``in progress`` (claimed, not done, not released),
     ``reclaimed`` (taken over from a learner that died or left) and ``free`` (the rest).
@@ -151,12 +156,10 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
     layout = RunLayout(newest if epoch is None else epoch)
     claimed = {key[len(layout.units) :] for key in mailbox.list(layout.units)}
     done = {key[len(layout.done) :] for key in mailbox.list(layout.done)}
-    unfinished: dict[int, int] = {}
-    if epoch is None and total is not None:
-        for older in range(newest):
-            left = total - sum(1 for _ in mailbox.list(RunLayout(older).done))
-            if left > 0:
-                unfinished[older] = left
+    done_per_epoch = {
+        k: len(done) if k == layout.epoch else sum(1 for _ in mailbox.list(RunLayout(k).done))
+        for k in range(max(newest, layout.epoch) + 1)
+    }
     reclaimed = sum(1 for _ in mailbox.list(layout.reclaimed))
     in_progress = 0
     for ident in claimed - done:
@@ -178,6 +181,8 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         if row["state"] == "silent" and silence is not None:
             row["silent_s"], row["lost_in_s"] = silence
         renewed = (lease or {}).get("renewed_at")
+        if isinstance((lease or {}).get("epoch"), int):
+            row["epoch"] = lease["epoch"]  # type: ignore[index]
         seen = [t for t in (record.get("updated_at"), renewed) if number(t)]
         if seen:
             row["seen_at"] = max(seen)
@@ -196,13 +201,14 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         unreadable=unreadable,
         newest_epoch=newest,
         epoch_started=layout.epoch == 0 or next(iter(mailbox.list(layout.base)), None) is not None,
-        unfinished_epochs=unfinished,
+        done_per_epoch=done_per_epoch,
     )
 
 
 #: The keys of a learner row in :func:`as_json`, when its records hold them.
 _LEARNER_FIELDS = (
     "state",
+    "epoch",
     "error",
     "units_claimed",
     "units_finished",
@@ -225,9 +231,11 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
     ``newest_epoch``, ``epoch_started``, ``units`` ({``total`` (``null`` if unknown),
     ``done``, ``in_progress``, ``reclaimed``, ``free``, ``left``}), ``complete``,
     ``stalled``, ``eta_s`` (``null`` if unknown), ``unfinished_epochs`` ({epoch: units
-    left}, older epochs only), ``learners`` (one object per row, sorted like the table:
+    left}, epochs before the one shown), ``done_per_epoch`` ({epoch: units done}, every
+    epoch up to the newest), ``learners`` (one object per row, sorted like the table:
     ``learner``, ``state`` (``running``, ``silent``, ``finished``, ``failed``,
-    ``released``, ``lost``) and, where recorded, the other keys of ``_LEARNER_FIELDS``:
+    ``released``, ``lost``), ``epoch`` (the epoch its lease names) and, where recorded,
+    the other keys of ``_LEARNER_FIELDS``:
     counts, ``rate`` (samples/s), seconds and unix times), and ``unreadable`` (keys).
     New keys may be added; existing ones keep their meaning.
     """
@@ -255,6 +263,7 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
         "stalled": status.stalled,
         "eta_s": status.eta(),
         "unfinished_epochs": {str(k): v for k, v in sorted(status.unfinished_epochs.items())},
+        "done_per_epoch": {str(k): v for k, v in sorted(status.done_per_epoch.items())},
         "learners": learners,
         "unreadable": list(status.unreadable),
     }

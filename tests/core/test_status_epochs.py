@@ -4,6 +4,7 @@ but an older one is not is not "complete"."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,25 @@ def test_a_done_newest_epoch_beside_an_unfinished_older_one_is_not_run_complete(
     assert "run complete: every unit is done" in text
     assert main(["status", url]) == 0
     capsys.readouterr()
+
+
+def test_each_learners_epoch_and_the_units_done_in_each_epoch_are_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{tmp_path}"
+    run_epoch(url, 0)
+    run_epoch(url, 1, stop_after=3)  # two units of epoch 1 done, two left
+    status = read_status(from_url(url))
+    assert status.done_per_epoch == {0: 4, 1: 2}
+    assert [row.get("epoch") for row in status.learners] == [1]
+    text = format_status(status)
+    header, _, row = text.splitlines()[:3]
+    assert header.split()[:3] == ["learner", "state", "epoch"]
+    assert row.split()[0::2][:2] == ["a", "1"]
+    assert "units done per epoch: 0: 4, 1: 2 (of 4 each)" in text
+    # Shown from an older epoch, the newer one's count is there too.
+    assert read_status(from_url(url), 0).done_per_epoch == {0: 4, 1: 2}
+    assert main(["status", url, "--json"]) in (0, 1)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["done_per_epoch"] == {"0": 4, "1": 2}
+    assert doc["learners"][0]["epoch"] == 1
