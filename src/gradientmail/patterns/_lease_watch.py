@@ -106,8 +106,9 @@ class LeaseWatcher:
         """Mark ``holder``'s lease lost, if it is still the record this watcher saw.
 
         Returns ``True`` when this call wrote ``lost`` (exactly one observer does), or the
-        lease already says the holder ended or was lost; ``False`` when it was renewed in
-        between (the holder is alive after all).
+        lease already says the holder ended or was lost (another observer may have declared
+        it between this call's read and its swap); ``False`` when it was renewed in between
+        (the holder is alive after all).
         """
         seen = self._seen.get(holder)
         if seen is None:
@@ -127,12 +128,18 @@ class LeaseWatcher:
             return False  # renewed since we watched: alive
         record.update(state="lost", lost_by=by, lost_at=time.time())
         declared = self.mailbox.put_if_match(key, encode_record(record), version) is not None
-        if declared:
-            _log.warning(
-                "%r declared %r lost: its lease %r was not renewed for %.1fs",
-                by,
-                holder,
-                key,
-                time.monotonic() - seen[1],
-            )
-        return declared
+        if not declared:
+            # Renewed, or another observer declared it first: only the record can tell.
+            try:
+                data = self.mailbox.get(key)
+            except LookupError:
+                return True
+            return (decode_record(data) or {}).get("state") not in LIVE_STATES
+        _log.warning(
+            "%r declared %r lost: its lease %r was not renewed for %.1fs",
+            by,
+            holder,
+            key,
+            time.monotonic() - seen[1],
+        )
+        return True
