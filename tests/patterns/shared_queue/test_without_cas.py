@@ -1,0 +1,111 @@
+"""``shared_queue`` on a store with atomic create but no compare-and-swap.
+
+What the queue promises there: every unit is still completed exactly once; claims are
+permanent, so a learner that finds only others' claims ends instead of waiting for a
+takeover that cannot happen, and ``gradientmail status`` says why; an early exit deletes
+the learner's unfinished claims, so another learner takes those units. The fake below
+refuses every compare-and-swap call (the base mailbox raises ``NotSupportedError``), so a
+test also fails if the queue ever tries one.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from typing import ClassVar
+
+from gradientmail import Capability
+from gradientmail.backends.memory import MemoryMailbox
+from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.status import format_status, read_status
+
+JOIN = 60
+
+
+class NoCompareAndSwap(MemoryMailbox):
+    """``memory://`` that declares atomic create only."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.ATOMIC_CREATE})
+
+
+def no_cas_box() -> NoCompareAndSwap:
+    return NoCompareAndSwap(f"no-cas-{uuid.uuid4().hex[:8]}")
+
+
+def items_of(unit: int) -> list[int]:
+    return [unit * 10 + i for i in range(3)]
+
+
+def test_three_learners_complete_every_unit_exactly_once() -> None:
+    box = no_cas_box()
+    units = {f"u{i:02d}": i for i in range(30)}
+    got: Counter[int] = Counter()
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def learner(name: str) -> None:
+        try:
+            with shared_queue(units, mailbox=box, learner_id=name, load=items_of) as q:
+                for item in q:
+                    with lock:
+                        got[item] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=learner, args=(n,)) for n in ("a", "b", "c")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(JOIN)
+    assert not errors, errors
+    assert got == Counter(item for unit in units.values() for item in items_of(unit))
+    assert {key.removeprefix("done/") for key in box.list("done/")} == set(units)
+
+
+def test_a_learner_that_finds_only_others_claims_ends_and_status_says_why() -> None:
+    box = no_cas_box()
+    units = {"u0": 0, "u1": 1}
+    started, finish = threading.Event(), threading.Event()
+
+    def slow(unit: int) -> list[int]:
+        started.set()
+        assert finish.wait(JOIN), "the test never let the holder finish"
+        return items_of(unit)
+
+    holder_got: list[int] = []
+
+    def holder() -> None:
+        with shared_queue(units, mailbox=box, learner_id="holder", load=slow, order=["u0"]) as q:
+            holder_got.extend(q)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert started.wait(JOIN), "the holder never claimed u0"
+        # The holder is inside load(u0): it holds u0 and has not claimed u1.
+        with shared_queue(units, mailbox=box, learner_id="other", load=items_of) as q:
+            other_got = list(q)  # ends although u0 is unfinished: no takeover can happen
+        assert other_got == items_of(1)
+        assert not q.stats.run_complete
+        status = read_status(box)
+        assert (status.done, status.in_progress) == (1, 1)
+        assert "claims are permanent" in format_status(status)
+    finally:
+        finish.set()
+        thread.join(JOIN)
+    assert holder_got == items_of(0)
+    assert read_status(box).done == 2
+
+
+def test_an_early_exit_deletes_the_learners_unfinished_claims() -> None:
+    box = no_cas_box()
+    units = {f"u{i}": i for i in range(6)}
+    with shared_queue(units, mailbox=box, learner_id="leaver", load=items_of, prefetch=4) as q:
+        next(iter(q))  # one item, then leave: the loader holds up to 4 more units' items
+    assert not list(box.list("done/")), "the leaver finished no unit"
+    assert not list(box.list("units/")), "an unfinished claim outlived the early exit"
+    with shared_queue(units, mailbox=box, learner_id="stayer", load=items_of) as q:
+        got = list(q)
+    assert sorted(got) == sorted(item for unit in units.values() for item in items_of(unit))
+    assert len(list(box.list("done/"))) == len(units)
