@@ -353,6 +353,85 @@ MUTANTS: tuple[Mutant, ...] = (
         "only at its next full poll",
     ),
     Mutant(
+        "no-cas-release-keeps-the-claim",
+        "patterns/shared_queue/_unit_claims.py",
+        (
+            (
+                "        if not self.cas:\n            self.mailbox.delete(key)\n",
+                "        if not self.cas:\n",
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_without_cas.py",),
+        "without compare-and-swap an early exit leaves its unfinished claims, which are "
+        "permanent there: nobody ever finishes those units",
+    ),
+    Mutant(
+        "no-cas-reclaim-tries-a-takeover",
+        "patterns/shared_queue/_takeover.py",
+        (
+            (
+                "        if not waiting or not self.claims.cas:\n",
+                "        if not waiting:\n",
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_without_cas.py",),
+        "without compare-and-swap a learner that finds others' claims reads them to take "
+        "them over, and fails on the swap the store does not have",
+    ),
+    Mutant(
+        "no-cas-waits-for-others",
+        "patterns/shared_queue/_waiting.py",
+        (
+            (
+                "        if not self.claims.cas or not self.wait_for_others:\n",
+                "        if not self.wait_for_others:\n",
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_without_cas.py",),
+        "without compare-and-swap a learner waits for units others hold, which no takeover "
+        "can ever free: it hangs while the holder lives",
+    ),
+    Mutant(
+        "repair-leaves-the-confirmation-stale",
+        "patterns/shared_queue/_waiting.py",
+        (
+            (
+                '        self.backoff.reset()\n        self.quiet.confirmed_at = float("-inf")\n',
+                "        self.backoff.reset()\n",
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_completion_interleavings.py",),
+        "after a learner writes a completion record it repaired, it waits a renewal period "
+        "before it lists done/ again, so the epoch ends 20 s late at the default lease",
+    ),
+    Mutant(
+        "declare-lost-swaps-unconditionally",
+        "patterns/_lease_watch.py",
+        (
+            (
+                "        declared = self.mailbox.put_if_match(key, encode_record(record), "
+                "version) is not None\n",
+                "        self.mailbox.put(key, encode_record(record))\n        declared = True\n",
+            ),
+        ),
+        ("tests/patterns/test_lease_interleavings.py",),
+        "an observer overwrites a lease renewed after its read: a live owner is declared "
+        "lost and fenced",
+    ),
+    Mutant(
+        "declare-lost-race-reads-as-alive",
+        "patterns/_lease_watch.py",
+        (
+            (
+                '            return (decode_record(data) or {}).get("state") not in LIVE_STATES\n',
+                "            return False\n",
+            ),
+        ),
+        ("tests/patterns/test_lease_interleavings.py",),
+        "an observer that lost the race to declare a silent owner lost reports it alive, "
+        "and leaves its units for a later poll",
+    ),
+    Mutant(
         "holdings-forget-before-recorded",
         "patterns/shared_queue/_recorder.py",
         (

@@ -142,6 +142,7 @@ class Takeover:
                     # It died between swapping the claim to done and writing the record.
                     self.claims.finish_done_claim(ident)
                     del self.known[ident]
+                    self.on.changed()  # a completion more: the epoch may be over now
                     continue
                 self.found.append(ident)
         held = self.next_found()
@@ -159,6 +160,7 @@ class Takeover:
                 # Our earlier incarnation died between the claim's swap and the record.
                 self.claims.finish_done_claim(ident)
                 del self.known[ident]
+                self.on.changed()  # a completion more: the epoch may be over now
             elif state == RELEASED or self.is_earlier_self(record):
                 self.found.append(ident)
             else:

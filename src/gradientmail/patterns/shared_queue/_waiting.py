@@ -91,7 +91,7 @@ class Waiting:
         self.idle = IdleWatch(
             claims.mailbox, claims.layout, claims.learner_id, claims.incarnation, watcher, period
         )
-        hooks = Hooks(busy=self.idle.unmark, changed=self.backoff.reset, hold=hold)
+        hooks = Hooks(busy=self.idle.unmark, changed=self._changed, hold=hold)
         self.takeover = Takeover(
             claims, lease, watcher, policy=policy, holdings=holdings, stats=stats, hooks=hooks
         )
@@ -105,6 +105,11 @@ class Waiting:
             return  # no earlier incarnation of this learner: nothing of ours to take back
         self.idle.forget_predecessor()
         self.takeover.note_own(scan)
+
+    def _changed(self) -> None:
+        """Claims or completions changed: poll soon, and confirm the end again at once."""
+        self.backoff.reset()
+        self.quiet.confirmed_at = float("-inf")
 
     def pause(self) -> None:
         """Wait until the next full poll is due, or :data:`NOTICE_S` (or the queue closes)."""
