@@ -10,7 +10,8 @@ Every method sees the same tokens, inner optimizer (AdamW) and batch order, in o
 * ``independent``: four models on a shared queue, no exchange (the fastest one is scored);
 * ``alone``: the fastest learner alone, on every batch;
 * ``exchange`` (ours): the four learners on a shared queue, one shared model through
-  ``gradientmail.torch.Exchange`` (``--outer``, default delayed Nesterov), on ``file://``.
+  ``gradientmail.torch.Exchange`` (``--outer``, ``--outer-lr``, ``--staleness``; the
+  library's defaults unless given), on ``file://``.
 
 Scenarios (``--scenario``): ``static``; ``slowdown`` (the fastest learner slows 3x halfway);
 ``churn`` (one learner killed at 40 % of its batches, a new one joining at 60 %; exchange only).
@@ -133,6 +134,8 @@ def queue_learner(cfg: dict[str, Any], rank: int, out: Any, start: Any) -> None:
             learner_id=name,
             every=cfg["every"],
             outer=cfg["outer"],
+            outer_lr=cfg["outer_lr"],
+            staleness=cfg["staleness"],
             wire=cfg["wire"],
         )
         if cfg["exchange"]
@@ -328,9 +331,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=640, help="batches in all, every method")
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--base-ms", type=float, default=60.0)
-    parser.add_argument("--outer", default="delayed-nesterov")
+    parser.add_argument("--outer", default="average")
     parser.add_argument("--methods", default="ddp,diloco,independent,alone,exchange")
     parser.add_argument("--wire", default="float32", help="the exchange's wire dtype")
+    parser.add_argument("--outer-lr", type=float, default=None, help="None: the rule's default")
+    parser.add_argument("--staleness", type=float, default=0.5, help="exponent; -1: no weight")
     args = parser.parse_args()
     train, held = corpus()
     methods = args.methods.split(",")
@@ -344,6 +349,8 @@ def main() -> None:
             "lr": 3e-3,
             "every": args.every,
             "outer": args.outer,
+            "outer_lr": args.outer_lr,
+            "staleness": None if args.staleness < 0 else args.staleness,
             "wire": args.wire,
             "base": args.base_ms / 1000,
             "paces": PACES,

@@ -84,10 +84,20 @@ def test_a_learner_that_finds_only_others_claims_ends_and_status_says_why() -> N
     try:
         assert started.wait(JOIN), "the holder never claimed u0"
         # The holder is inside load(u0): it holds u0 and has not claimed u1.
-        with shared_queue(units, mailbox=box, learner_id="other", load=items_of) as q:
-            other_got = list(q)  # ends although u0 is unfinished: no takeover can happen
+        other_got: list[int] = []
+        complete: list[bool] = []
+
+        def other() -> None:
+            with shared_queue(units, mailbox=box, learner_id="other", load=items_of) as q:
+                other_got.extend(q)  # ends although u0 is unfinished: no takeover can happen
+            complete.append(q.stats.run_complete)
+
+        runner = threading.Thread(target=other)
+        runner.start()
+        runner.join(15)  # it ends at once; a learner waiting for u0 would wait for the test
+        assert not runner.is_alive(), "a learner waited for a claim that is permanent here"
         assert other_got == items_of(1)
-        assert not q.stats.run_complete
+        assert complete == [False]
         status = read_status(box)
         assert (status.done, status.in_progress) == (1, 1)
         assert "claims are permanent" in format_status(status)
