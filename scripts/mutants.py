@@ -646,9 +646,62 @@ MUTANTS: tuple[Mutant, ...] = (
         "lease-watcher-ignores-renewals",
         "patterns/_lease_watch.py",
         (("        if seen is None or seen[0] != mark:\n", "        if seen is None:\n"),),
-        ("tests/patterns/test_lease_liveness.py",),
+        ("tests/patterns/test_lease_liveness.py", "tests/patterns/test_lease_clock.py"),
         "a lease watcher measures silence from its first observation, not from the last "
         "change: it declares a renewing (live) holder dead",
+    ),
+    Mutant(
+        "lease-fresh-from-the-answer",
+        "patterns/_leases.py",
+        (
+            (
+                "                raise self._error()\n            self._stored(new, sent)\n",
+                "                raise self._error()\n"
+                "            self._stored(new, self.clock())\n",
+            ),
+        ),
+        ("tests/patterns/test_lease_clock.py",),
+        "a holder counts its freshness from when a renewal was answered, not sent: a slow "
+        "answer lets it act after an observer may already have declared it dead",
+    ),
+    Mutant(
+        "lease-fresh-for-the-whole-lease",
+        "patterns/_leases.py",
+        (
+            (
+                "        self._own.fresh_until = sent + SAFE_FRACTION * self.duration\n",
+                "        self._own.fresh_until = sent + self.duration\n",
+            ),
+        ),
+        ("tests/patterns/test_lease_clock.py",),
+        "a holder trusts a renewal for the whole lease, no margin: it acts up to the moment "
+        "an observer may take its work",
+    ),
+    Mutant(
+        "stale-holder-acts-when-renewal-fails",
+        "patterns/_leases.py",
+        (
+            (
+                "            self.renew()\n        except BackendError as exc:\n",
+                "            self.renew()\n        except BackendError:\n            return\n"
+                "        except ZeroDivisionError as exc:\n",
+            ),
+        ),
+        ("tests/patterns/test_lease_clock.py",),
+        "a stale holder whose renewal fails acts anyway, on work another may take over",
+    ),
+    Mutant(
+        "observer-uses-its-own-duration",
+        "patterns/_lease_watch.py",
+        (
+            (
+                '        duration = float(record.get("lease") or self.duration)\n',
+                "        duration = self.duration\n",
+            ),
+        ),
+        ("tests/patterns/test_lease_clock.py",),
+        "an observer configured with a shorter lease than the holder's declares a live "
+        "holder dead by its own figure",
     ),
     # -- backends ----------------------------------------------------------------------------
     Mutant(

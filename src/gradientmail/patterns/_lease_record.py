@@ -39,8 +39,8 @@ class OwnRecord:
 
     ``token`` names the holder in every record it writes; ``seq`` counts its writes;
     ``version`` is its last write's (``None`` without compare-and-swap); ``fresh_until``
-    (``time.monotonic``) is when an observer may start to count it silent; ``lost`` says
-    why another took the lease, once this holder learnt it.
+    (on the holder's clock, ``time.monotonic`` by default) is when an observer may start to
+    count it silent; ``lost`` says why another took the lease, once this holder learnt it.
     """
 
     token: str
@@ -48,3 +48,5 @@ class OwnRecord:
     version: Version | None = None
     fresh_until: float = 0.0
     lost: str | None = None
+    #: writes that renewed it.
+    renewals: int = 0

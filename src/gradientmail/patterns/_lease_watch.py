@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gradientmail.mailbox import Capability, Mailbox, Version
@@ -57,11 +58,20 @@ class LeaseWatcher:
     """An observer of other holders' leases under ``prefix`` (``prefix + holder``).
 
     Call :meth:`observe` at intervals; a holder is dead once its record was unchanged for
-    ``duration`` seconds of this watcher's monotonic clock, or says it ended or was lost.
+    the duration its record states (``duration`` when it states none) by this watcher's
+    ``clock`` (``time.monotonic``), or says it ended or was lost.
     """
 
-    def __init__(self, mailbox: Mailbox, prefix: str, *, duration: float) -> None:
+    def __init__(
+        self,
+        mailbox: Mailbox,
+        prefix: str,
+        *,
+        duration: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.mailbox = mailbox
+        self.clock = clock
         self.prefix = prefix
         self.duration = float(duration)
         self._seen: dict[str, tuple[object, float, Version | None]] = {}
@@ -72,7 +82,7 @@ class LeaseWatcher:
     def observe(self, holder: str) -> LeaseState:
         """Read ``holder``'s lease once and say whether it is dead."""
         self.reads += 1
-        now = time.monotonic()
+        now = self.clock()
         found = read_versioned(self.mailbox, self.prefix + holder, self._cas)
         data, version = found or (b"", None)
         # What tells one write from the next: the version, or the bytes without one.
@@ -140,6 +150,6 @@ class LeaseWatcher:
             by,
             holder,
             key,
-            time.monotonic() - seen[1],
+            self.clock() - seen[1],
         )
         return True

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gradientmail._errors import (
@@ -84,6 +84,8 @@ class Lease:
             times per period while it watches.
         extra: more fields for the record (a ``shared_queue`` learner writes its
             ``epoch``), read back by :meth:`LeaseWatcher.observe`.
+        clock: the monotonic seconds by which the holder judges its own freshness
+            (``time.monotonic``; tests drive a fake one).
 
     Thread-safe: renewals run on a background thread, :meth:`ensure_fresh` on any thread.
     """
@@ -97,21 +99,26 @@ class Lease:
         duration: float,
         period: float | None = None,
         extra: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.mailbox = mailbox
+        self.clock = clock
         self.extra = dict(extra or {})
         self.key = key
         self.holder = holder
         self.duration = float(duration)
         self.period = self.duration / RENEWALS_PER_LEASE if period is None else float(period)
         self.incarnation = 0
-        #: renewals that succeeded.
-        self.renewals = 0
         #: the last error a background renewal raised (the next period retries).
         self.renew_error: BaseException | None = None
         self._own = OwnRecord(token=new_write_id())
         self._lock = threading.Lock()  # one renewal at a time
         self._worker: Worker | None = None
+
+    @property
+    def renewals(self) -> int:
+        """Renewals that succeeded."""
+        return self._own.renewals
 
     @property
     def _cas(self) -> bool:
@@ -128,7 +135,7 @@ class Lease:
             BackendError: the store failed.
         """
         while True:
-            sent = time.monotonic()
+            sent = self.clock()
             try:
                 created = self.mailbox.put_if_absent(self.key, self._body(1, "running"))
             except OutcomeUnknownError:
@@ -150,7 +157,7 @@ class Lease:
             if record.get("state") in LIVE_STATES:
                 self._refuse_if_renewed(record, version)
             incarnation = int(record.get("incarnation") or 0) + 1
-            sent = time.monotonic()
+            sent = self.clock()
             body = self._body(incarnation, "running")
             if self._cas:
                 try:
@@ -234,7 +241,7 @@ class Lease:
         with self._lock:
             if self._own.lost is not None:
                 raise self._error()
-            sent = time.monotonic()
+            sent = self.clock()
             self._own.seq += 1
             body = self._body(self.incarnation, "running")
             if not self._cas:
@@ -265,7 +272,7 @@ class Lease:
         """
         if self._own.lost is not None:
             raise self._error()
-        if time.monotonic() < self._own.fresh_until:
+        if self.clock() < self._own.fresh_until:
             return
         try:
             self.renew()
@@ -322,7 +329,7 @@ class Lease:
     def _stored(self, version: Version | None, sent: float) -> None:
         self._own.version = version
         self._own.fresh_until = sent + SAFE_FRACTION * self.duration
-        self.renewals += 1
+        self._own.renewals += 1
 
     def _read(self) -> tuple[dict[str, Any], Version] | None:
         found = read_versioned(self.mailbox, self.key, self._cas)

@@ -1,0 +1,114 @@
+"""Lease freshness and silence, measured on a clock the test drives (no waits).
+
+The holder acts only while its last renewal was *sent* less than ``SAFE_FRACTION`` (0.75)
+of the duration ago; an observer counts a holder dead only once its record was unchanged
+for a whole duration of the observer's own clock, the duration the record states. Between
+the two lies the margin that makes a takeover safe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gradientmail import BackendError, LeaseLostError, Mailbox
+from gradientmail.patterns._lease_watch import LeaseWatcher
+from gradientmail.patterns._leases import SAFE_FRACTION, Lease
+from tests.support.clock import FakeClock
+from tests.support.delegating import Delegating
+
+DURATION = 30.0
+
+
+def test_the_holder_acts_without_a_request_inside_its_window_and_renews_past_it(
+    box: Mailbox,
+) -> None:
+    clock = FakeClock()
+    lease = Lease(box, "leases/h", "h", duration=DURATION, clock=clock)
+    lease.acquire()
+    written = lease.renewals  # the acquiring write counts
+    clock.advance(SAFE_FRACTION * DURATION - 0.01)
+    lease.ensure_fresh()
+    assert lease.renewals == written, "renewed although its last write was still fresh"
+    clock.advance(0.02)
+    lease.ensure_fresh()
+    assert lease.renewals == written + 1, "acted past its window without renewing first"
+
+
+class FailingWrites(Delegating):
+    """Fails every conditional write, as a store that is down would."""
+
+    def put_if_match(self, *args: Any, **kwargs: Any) -> Any:
+        raise BackendError("the store is down (injected)")
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        raise BackendError("the store is down (injected)")
+
+
+def test_a_stale_holder_that_cannot_renew_stops_acting(box: Mailbox) -> None:
+    clock = FakeClock()
+    lease = Lease(box, "leases/h", "h", duration=DURATION, clock=clock)
+    lease.acquire()
+    lease.mailbox = FailingWrites(box)  # type: ignore[assignment]
+    with pytest.raises(BackendError):
+        lease.renew()  # a failed renewal inside the window leaves the holder fresh
+    lease.ensure_fresh()
+    clock.advance(SAFE_FRACTION * DURATION)
+    with pytest.raises(LeaseLostError, match="could not renew"):
+        lease.ensure_fresh()
+
+
+def test_freshness_counts_from_when_a_renewal_was_sent_not_answered(box: Mailbox) -> None:
+    clock = FakeClock()
+
+    class SlowAnswer(Delegating):
+        """The renewal's answer arrives 20 s after it was sent."""
+
+        def put_if_match(self, *args: Any, **kwargs: Any) -> Any:
+            result = self.inner.put_if_match(*args, **kwargs)
+            clock.advance(20.0)
+            return result
+
+        def put(self, *args: Any, **kwargs: Any) -> Any:
+            result = self.inner.put(*args, **kwargs)
+            clock.advance(20.0)
+            return result
+
+    lease = Lease(box, "leases/h", "h", duration=DURATION, clock=clock)
+    lease.acquire()
+    lease.mailbox = SlowAnswer(box)  # type: ignore[assignment]
+    lease.renew()  # sent at t, answered at t + 20: fresh until t + 22.5, not t + 42.5
+    lease.mailbox = box
+    clock.advance(SAFE_FRACTION * DURATION - 20.0 + 0.01)
+    before = lease.renewals
+    lease.ensure_fresh()
+    assert lease.renewals == before + 1, "trusted a renewal past its window from sending"
+
+
+def test_an_observer_counts_silence_by_the_duration_the_lease_states(box: Mailbox) -> None:
+    """An observer configured with a shorter lease than the holder's waits the holder's."""
+    holder = Lease(box, "leases/h", "h", duration=DURATION)
+    holder.acquire()
+    clock = FakeClock()
+    watcher = LeaseWatcher(box, "leases/", duration=5.0, clock=clock)
+    assert not watcher.observe("h").dead
+    clock.advance(DURATION - 0.01)
+    assert not watcher.observe("h").dead, "dead by the observer's 5 s, not the lease's 30 s"
+    clock.advance(0.02)
+    assert watcher.observe("h").dead
+
+
+def test_a_renewal_restarts_the_observers_count(box: Mailbox) -> None:
+    holder = Lease(box, "leases/h", "h", duration=DURATION)
+    holder.acquire()
+    clock = FakeClock()
+    watcher = LeaseWatcher(box, "leases/", duration=DURATION, clock=clock)
+    watcher.observe("h")
+    clock.advance(20.0)
+    holder.renew()
+    assert not watcher.observe("h").dead  # the count starts again here, at +20
+    clock.advance(DURATION - 0.01)
+    assert not watcher.observe("h").dead, "counted from the first sighting, not the renewal"
+    clock.advance(0.02)
+    assert watcher.observe("h").dead
