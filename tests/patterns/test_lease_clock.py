@@ -70,10 +70,9 @@ def test_freshness_counts_from_when_a_renewal_was_sent_not_answered(box: Mailbox
             clock.advance(20.0)
             return result
 
-        def put(self, *args: Any, **kwargs: Any) -> Any:
-            result = self.inner.put(*args, **kwargs)
+        def put(self, *args: Any, **kwargs: Any) -> None:
+            self.inner.put(*args, **kwargs)
             clock.advance(20.0)
-            return result
 
     lease = Lease(box, "leases/h", "h", duration=DURATION, clock=clock)
     lease.acquire()
