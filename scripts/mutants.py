@@ -432,6 +432,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "and leaves its units for a later poll",
     ),
     Mutant(
+        "silent-learner-never-suspected",
+        "patterns/shared_queue/_idle_markers.py",
+        (("                suspects.append(holder)\n", "                pass\n"),),
+        ("tests/patterns/shared_queue/test_idle_suspects.py",),
+        "a busy learner whose lease went silent is never a suspect: its units wait for the "
+        "end-of-epoch safety net instead of a takeover",
+    ),
+    Mutant(
+        "settle-marks-a-renewed-suspect",
+        "patterns/shared_queue/_idle_markers.py",
+        (("            gone = state.dead and (\n", "            gone = True or (\n"),),
+        ("tests/patterns/shared_queue/test_idle_suspects.py",),
+        "settle marks a suspect idle although it renewed: a live learner is left unwatched "
+        "while it still works",
+    ),
+    Mutant(
         "holdings-forget-before-recorded",
         "patterns/shared_queue/_recorder.py",
         (

@@ -88,7 +88,7 @@ class IdleWatch:
         learner_id: this learner.
         incarnation: this learner's lease incarnation.
         watcher: the learner's lease watcher (shared with its claim scans, so a holder
-            watched here can be declared lost there).
+            watched here can be declared lost there); its clock times this watch too.
         period: the lease renewal period: the most often one lease is read.
     """
 
@@ -193,14 +193,14 @@ class IdleWatch:
         """List the learners with a lease (the claim loop asks when it starts); the listing
         also serves this watch's first poll, which then does not list them again."""
         names = self._names(LEASES_PREFIX)
-        self._leased = (names, time.monotonic())
+        self._leased = (names, self.watcher.clock())
         return names
 
     def _leases_stale(self, idle: frozenset[str]) -> bool:
         """Whether to list the leases again: learners rarely come and go, so only once per
         renewal period, or when a marker names a learner not seen yet."""
         names, at = self._leased
-        if at is None or time.monotonic() - at >= self.period:
+        if at is None or self.watcher.clock() - at >= self.period:
             return True
         return not idle <= names | {self.learner}
 
@@ -268,7 +268,7 @@ class IdleWatch:
         return self.learner in self._ring[1].successors(holder, WATCHERS)
 
     def _observe(self, holder: str, *, fresh: bool = False) -> LeaseState:
-        now = time.monotonic()
+        now = self.watcher.clock()
         seen = self._observed.get(holder)
         if seen is not None and not fresh and now - seen[0] < self.period:
             return seen[1]
