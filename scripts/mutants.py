@@ -448,6 +448,39 @@ MUTANTS: tuple[Mutant, ...] = (
         "while it still works",
     ),
     Mutant(
+        "backward-walk-stops-before-position-0",
+        "patterns/shared_queue/_policy/walk.py",
+        (
+            (
+                "                if p >= 0 and not taken[p]:\n",
+                "                if p > 0 and not taken[p]:\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_claim_policy.py::"
+            "test_a_short_run_at_either_end_of_the_order_is_found_and_walked_back",
+        ),
+        "a backward walk never claims the first unit of the order: a run at the front "
+        "loses its first unit to a later sweep or takeover",
+    ),
+    Mutant(
+        "free-run-at-the-end-cut-short",
+        "patterns/shared_queue/_policy/free_runs.py",
+        (
+            (
+                "            stop = end if stop < 0 else stop\n",
+                "            stop = end - 1 if stop < 0 else stop\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_free_runs.py",
+            "tests/patterns/shared_queue/test_claim_policy.py::"
+            "test_a_short_run_at_either_end_of_the_order_is_found_and_walked_back",
+        ),
+        "a free run that reaches the end of the order is seen one unit short: the last "
+        "unit of the order is never believed free",
+    ),
+    Mutant(
         "holdings-forget-before-recorded",
         "patterns/shared_queue/_recorder.py",
         (

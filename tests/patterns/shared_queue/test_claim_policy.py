@@ -143,6 +143,22 @@ def test_with_only_short_runs_left_a_jump_takes_the_last_unit_of_one() -> None:
     assert learner.pages == 1  # one page went round the whole order
 
 
+@pytest.mark.parametrize(
+    "run", [(0, 1, 2), (197, 198, 199), (0,), (199,)], ids=["front", "end", "first", "last"]
+)
+def test_a_short_run_at_either_end_of_the_order_is_found_and_walked_back(
+    run: tuple[int, ...],
+) -> None:
+    """The first and the last positions of the order, where off-by-one errors live. (The
+    other short-run tests lose position 0 to start their jump, so they never free it.)"""
+    identifiers = ids(200)
+    box = box_with_claims([u for p, u in enumerate(identifiers) if p not in run])
+    learner = Policy(box, identifiers)
+    position = learner.jump_after_losing(100)  # a claimed unit mid-order
+    assert position == run[-1]  # the walker coming from the front reaches it last
+    assert learner.walk(position) == list(reversed(run))
+
+
 def test_a_short_run_is_walked_from_its_last_unit_back_then_the_next_ones_on_its_page() -> None:
     identifiers = ids(200)
     runs = [[52, 51, 50], [61, 60], [70]]  # the runs 50-52, 60-61 and 70, each from its end

@@ -53,6 +53,25 @@ def test_the_run_after_a_position_wraps_to_the_front() -> None:
     assert view.run_after(3, shortest=7) is None
 
 
+def test_runs_at_the_front_and_at_the_end_of_the_order_are_found() -> None:
+    view = runs_of(10)
+    view.taken[:] = b"\x01" * 10
+    view.taken[0:2] = b"\x00\x00"  # a run at position 0
+    view.taken[9] = 0  # a run of one at the last position
+    assert view.runs() == [(0, 2), (9, 1)]
+    assert view.runs(0, 0) == [(0, 1)]
+    assert view.largest_run() == (0, 2)
+    assert view.pick_run(shortest=2) == (0, 2)
+    assert view.pick_run(within=(0, 1)) == (0, 2)
+    assert view.run_after(9) == (0, 2)  # past the end: the run at the front
+    assert view.run_after(8) == (9, 1)
+    assert view.run_after(0) == (1, 1)  # the rest of the front run
+    view.mark(["u00000"])
+    assert view.run_after(9) == (1, 1)
+    view.mark(["u00009"])
+    assert view.runs() == [(1, 1)]
+
+
 def test_marks_are_only_added_and_a_view_with_none_free_is_exhausted() -> None:
     view = runs_of(5)
     view.mark(["u00001", "u00003", "not-a-unit"])  # identifiers outside the order are ignored
