@@ -468,8 +468,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_policy/free_runs.py",
         (
             (
-                "            stop = end if stop < 0 else stop\n",
-                "            stop = end - 1 if stop < 0 else stop\n",
+                "            self._iter_runs(last + 1, len(self.taken)), "
+                "self._iter_runs(0, last + 1)\n",
+                "            self._iter_runs(last + 1, len(self.taken) - 1), "
+                "self._iter_runs(0, last + 1)\n",
             ),
         ),
         (
@@ -477,8 +479,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/patterns/shared_queue/test_claim_policy.py::"
             "test_a_short_run_at_either_end_of_the_order_is_found_and_walked_back",
         ),
-        "a free run that reaches the end of the order is seen one unit short: the last "
-        "unit of the order is never believed free",
+        "the run after a position is looked for one unit short of the end: a free unit at "
+        "the end of the order is passed over for one at the front",
     ),
     Mutant(
         "holdings-forget-before-recorded",
