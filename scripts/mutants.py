@@ -483,6 +483,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "the end of the order is passed over for one at the front",
     ),
     Mutant(
+        "delivery-wait-skips-the-record-in-flight",
+        "patterns/pipeline/_deliveries.py",
+        (("        self._thread.flush()\n", "        pass\n"),),
+        ("tests/patterns/pipeline/test_delivery_recorder.py",),
+        "next() returns the following item before the previous one's delivery record "
+        "landed: two deliveries are unrecorded at once, and a failed one is raised late",
+    ),
+    Mutant(
+        "delivery-error-swallowed",
+        "patterns/pipeline/_deliveries.py",
+        (("            self._error = exc\n", "            pass\n"),),
+        ("tests/patterns/pipeline/test_delivery_recorder.py",),
+        "a delivery record that failed is forgotten: the consumer goes on as if the item "
+        "were recorded delivered",
+    ),
+    Mutant(
         "holdings-forget-before-recorded",
         "patterns/shared_queue/_recorder.py",
         (
