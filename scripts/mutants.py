@@ -499,6 +499,45 @@ MUTANTS: tuple[Mutant, ...] = (
         "were recorded delivered",
     ),
     Mutant(
+        "undelivered-frontier-ignored",
+        "patterns/pipeline/_takeover.py",
+        (
+            (
+                "        group.advance(claim.n + 1 if claim.settled else claim.delivered_before)\n",
+                "        group.advance(claim.n + 1 if claim.settled else 0)\n",
+            ),
+        ),
+        ("tests/patterns/pipeline/test_undelivered.py",),
+        "a consumer keeps every claim it passed until it sees that very claim delivered: "
+        "it reads them all again at the end instead of trusting the owner's order",
+    ),
+    Mutant(
+        "undelivered-taken-highest-first",
+        "patterns/pipeline/_takeover.py",
+        (
+            (
+                "key=lambda entry: entry[1]):\n",
+                "key=lambda entry: -entry[1]):\n",
+            ),
+        ),
+        ("tests/patterns/pipeline/test_undelivered.py",),
+        "a dead owner's items are taken over from its newest claim back: a producer's items "
+        "reach the next consumer out of order",
+    ),
+    Mutant(
+        "undelivered-observes-every-call",
+        "patterns/pipeline/_takeover.py",
+        (
+            (
+                "            if not group.dead and now - group.observed >= self._period:\n",
+                "            if not group.dead:\n",
+            ),
+        ),
+        ("tests/patterns/pipeline/test_undelivered.py",),
+        "a consumer with nothing else to take reads a live owner's lease on every poll, "
+        "not once per renewal period",
+    ),
+    Mutant(
         "holdings-forget-before-recorded",
         "patterns/shared_queue/_recorder.py",
         (
