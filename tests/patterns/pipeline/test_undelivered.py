@@ -58,7 +58,7 @@ class Claims:
         new = replace(old, owner=self.owner, taken_from=old.owner)
         self.stored[(producer, seq)] = new
         self.taken.append((producer, seq))
-        return HeldItem(producer, seq, new, "v2")
+        return HeldItem(producer, seq, new, None)
 
 
 class Watcher:
