@@ -181,8 +181,9 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         if row["state"] == "silent" and silence is not None:
             row["silent_s"], row["lost_in_s"] = silence
         renewed = (lease or {}).get("renewed_at")
-        if isinstance((lease or {}).get("epoch"), int):
-            row["epoch"] = lease["epoch"]  # type: ignore[index]
+        lease_epoch = (lease or {}).get("epoch")
+        if isinstance(lease_epoch, int):
+            row["epoch"] = lease_epoch
         seen = [t for t in (record.get("updated_at"), renewed) if number(t)]
         if seen:
             row["seen_at"] = max(seen)

@@ -195,6 +195,7 @@ class Lease:
             record.get("pid"),
             self.key,
         )
+        # Real time, not self.clock: this wait paces real sleeps (a fake clock never ends it).
         deadline = time.monotonic() + window
         pause = max(0.02, min(period / 4, window / 12))
         while time.monotonic() < deadline:

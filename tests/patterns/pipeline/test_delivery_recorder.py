@@ -43,6 +43,15 @@ def recorder(claims: Claims) -> DeliveryRecorder:
     return DeliveryRecorder(claims, ConsumerStats(), "test-deliveries")  # type: ignore[arg-type]
 
 
+def in_flight(claims: Claims, item: str) -> DeliveryRecorder:
+    """A recorder whose record of ``item`` is inside ``deliver`` and held there."""
+    claims.hold.clear()
+    deliveries = recorder(claims)
+    deliveries.record(item)  # type: ignore[arg-type]
+    assert claims.entered.wait(JOIN)
+    return deliveries
+
+
 def test_records_land_in_order_and_wait_returns_once_they_have() -> None:
     claims = Claims()
     deliveries = recorder(claims)
@@ -58,10 +67,7 @@ def test_records_land_in_order_and_wait_returns_once_they_have() -> None:
 
 def test_wait_blocks_until_the_record_in_flight_has_landed() -> None:
     claims = Claims()
-    claims.hold.clear()
-    deliveries = recorder(claims)
-    deliveries.record("a#0")  # type: ignore[arg-type]
-    assert claims.entered.wait(JOIN)
+    deliveries = in_flight(claims, "a#0")
     waited = threading.Event()
 
     def wait() -> None:
@@ -96,10 +102,7 @@ def test_a_failed_record_is_raised_by_the_next_wait_once() -> None:
 def test_close_lets_the_record_in_flight_land_and_returns_its_error() -> None:
     claims = Claims()
     claims.fail.add("a#0")
-    claims.hold.clear()
-    deliveries = recorder(claims)
-    deliveries.record("a#0")  # type: ignore[arg-type]
-    assert claims.entered.wait(JOIN)
+    deliveries = in_flight(claims, "a#0")
     claims.hold.set()
     error = deliveries.close()
     assert isinstance(error, BackendError)
@@ -107,10 +110,7 @@ def test_close_lets_the_record_in_flight_land_and_returns_its_error() -> None:
 
 def test_a_second_record_before_wait_is_refused() -> None:
     claims = Claims()
-    claims.hold.clear()
-    deliveries = recorder(claims)
-    deliveries.record("a#0")  # type: ignore[arg-type]
-    assert claims.entered.wait(JOIN)
+    deliveries = in_flight(claims, "a#0")
     try:
         with pytest.raises(AssertionError, match="wait"):
             deliveries.record("a#1")  # type: ignore[arg-type]
