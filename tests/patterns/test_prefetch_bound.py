@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.patterns._workers import HandoffBuffer
+from gradientmail.patterns._workers import Bell, HandoffBuffer
 from gradientmail.patterns.pipeline import Pipeline
 from gradientmail.patterns.pipeline import _mailbox_consumer as mailbox_consumer
-from gradientmail.patterns.shared_queue import _consumer as shared_queue_module
+from gradientmail.patterns.shared_queue import _epoch as shared_queue_module
 from gradientmail.patterns.shared_queue import shared_queue
 from tests.support.pipeline_workers import FAST, payload
 
@@ -48,8 +48,8 @@ def _recorded_buffers(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> li
     """Every HandoffBuffer ``module`` makes from now on (real ones, only recorded)."""
     made: list[HandoffBuffer[Any]] = []
 
-    def make(capacity: int) -> HandoffBuffer[Any]:
-        made.append(HandoffBuffer(capacity))
+    def make(capacity: int, bell: Bell | None = None) -> HandoffBuffer[Any]:
+        made.append(HandoffBuffer(capacity, bell))
         return made[-1]
 
     monkeypatch.setattr(module, "HandoffBuffer", make)

@@ -77,3 +77,60 @@ def read_log(path: str) -> list[tuple[str, int, float]]:
             if len(parts) == 3 and parts[0] != "LEASE_LOST":
                 entries.append((parts[0], int(parts[1]), float(parts[2])))
     return entries
+
+
+def flowing_learner(
+    box: Mailbox,
+    learner_id: str,
+    count: int,
+    log: str,
+    epochs: int,
+    lease: float,
+    item_s: float,
+    hold: str = "",
+) -> None:
+    """A learner over ``epochs`` flowing epochs; each line of ``log`` is
+    ``<epoch> <unit> <item> <wall time>``. With ``hold``, its first unit creates that file
+    and then never ends (the unit is in progress when the test kills the process)."""
+    held = [bool(hold)]
+
+    def load(unit: int) -> Iterator[int]:
+        if held[0]:
+            held[0] = False
+            with open(hold, "w") as marker:
+                marker.write(str(unit))
+            time.sleep(600)  # a unit in progress until the test kills this process
+        for k in range(ITEMS_PER_UNIT):
+            time.sleep(item_s)  # the unit's simulated cost, not synchronisation
+            yield k
+
+    units = units_of(count)
+    names = {value: name for name, value in units.items()}
+    with (
+        open(log, "a", buffering=1) as out,
+        shared_queue(
+            units,
+            mailbox=box,
+            learner_id=learner_id,
+            load=_Tagged(load),
+            prefetch=2,
+            lease=lease,
+            epochs=range(epochs),
+        ) as queue,
+    ):
+        for unit, item in queue:
+            out.write(f"{queue.epoch} {names[unit]} {item} {time.time():.6f}\n")
+    sys.exit(0)
+
+
+def read_flowing_log(path: str) -> list[tuple[int, str, int]]:
+    """The ``(epoch, unit, item)`` a flowing learner delivered, in order."""
+    if not os.path.exists(path):
+        return []
+    entries = []
+    with open(path) as log:
+        for line in log:
+            parts = line.split()
+            if len(parts) == 4:
+                entries.append((int(parts[0]), parts[1], int(parts[2])))
+    return entries

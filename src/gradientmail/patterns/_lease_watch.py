@@ -50,8 +50,18 @@ class LeaseState:
     #: ``True`` when the holder is not running: it ended, was declared lost, or its record
     #: was unchanged (or missing) for a whole duration of this observer's clock.
     dead: bool
-    #: The ``epoch`` its record names (a ``shared_queue`` learner's), or ``None``.
+    #: The ``epoch`` its record names (a ``shared_queue`` learner's oldest open one), or
+    #: ``None``.
     epoch: int | None = None
+    #: Every epoch its record says it works in (a learner whose epochs flow can have two
+    #: open); empty when the record names none.
+    epochs: frozenset[int] = frozenset()
+
+    def works_in(self, epoch: int) -> bool:
+        """Whether the record says its holder works in ``epoch`` (any, when it names none)."""
+        if self.epochs:
+            return epoch in self.epochs
+        return self.epoch is None or self.epoch == epoch
 
 
 class LeaseWatcher:
@@ -99,12 +109,14 @@ class LeaseWatcher:
         unchanged_long = now - since >= duration
         dead = (state not in LIVE_STATES and state != "missing") or unchanged_long
         epoch = record.get("epoch")
+        epochs = record.get("epochs")
         return LeaseState(
             holder,
             state,
             int(record.get("incarnation") or 0),
             dead,
-            epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
+            epoch if _is_int(epoch) else None,
+            frozenset(e for e in epochs if _is_int(e)) if isinstance(epochs, list) else frozenset(),
         )
 
     def declare_if_dead(self, observed: LeaseState, by: str) -> bool:
@@ -153,3 +165,7 @@ class LeaseWatcher:
             self.clock() - seen[1],
         )
         return True
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

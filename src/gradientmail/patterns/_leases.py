@@ -263,6 +263,18 @@ class Lease:
                 raise self._error()
             self._stored(new, sent)
 
+    def retarget(self, **extra: Any) -> None:
+        """Change fields of the record (a learner's open ``epochs``) and renew at once, so
+        observers see the change now rather than at the next renewal.
+
+        Raises:
+            LeaseLostError: the lease was lost.
+            BackendError: the store failed: the next background renewal writes the change.
+        """
+        with self._lock:
+            self.extra = {**self.extra, **extra}
+        self.renew()
+
     def ensure_fresh(self) -> None:
         """Return only while no observer can have declared this holder dead.
 

@@ -12,6 +12,7 @@
 * :class:`Worker`: a named daemon thread with a stop event, started once and joined on
   stop, for every periodic or looping background task (heartbeats, publishers, loaders).
 * :class:`Backoff`: the one polling backoff (doubling up to a ceiling, reset on progress).
+* :class:`Bell`: rung by several buffers, for one consumer that waits on all of them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from gradientmail._errors import WorkerError
 
-__all__ = ["Backoff", "CarriedError", "HandoffBuffer", "Worker"]
+__all__ = ["EMPTY", "Backoff", "Bell", "CarriedError", "HandoffBuffer", "Worker"]
 
 T = TypeVar("T")
 
@@ -116,6 +117,47 @@ class _CountedCondition(threading.Condition):
             self.waiting -= 1
 
 
+class Bell:
+    """A doorbell that producers ring, for one consumer waiting on several of them.
+
+    Read :attr:`rings` *before* looking at what the producers made, then :meth:`wait` with
+    it: a ring between the two is never missed, so the consumer neither sleeps past an
+    entry nor spins.
+    """
+
+    __slots__ = ("_changed", "_rings")
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._rings = 0
+
+    @property
+    def rings(self) -> int:
+        """How many times the bell has rung."""
+        with self._changed:
+            return self._rings
+
+    def ring(self) -> None:
+        """Wake the consumer."""
+        with self._changed:
+            self._rings += 1
+            self._changed.notify_all()
+
+    def wait(self, seen: int) -> float:
+        """Block until the bell has rung more than ``seen`` times; the seconds waited."""
+        with self._changed:
+            if self._rings != seen:
+                return 0.0
+            start = time.perf_counter()
+            while self._rings == seen:
+                self._changed.wait()
+            return time.perf_counter() - start
+
+
+#: What :meth:`HandoffBuffer.get` returns, with ``block=False``, from an empty buffer.
+EMPTY = object()
+
+
 class HandoffBuffer(Generic[T]):
     """A bounded FIFO from one producer thread to one consumer, that can be closed.
 
@@ -126,17 +168,30 @@ class HandoffBuffer(Generic[T]):
     * :meth:`put_control` appends an entry that does not count against ``capacity`` (an end
       marker, a carried error), so it never waits behind the bound.
     * :meth:`get` returns entries in the order they were put; it blocks while the buffer is
-      empty and returns ``(entry, seconds_waited)``.
+      empty and returns ``(entry, seconds_waited)``; with ``block=False`` it returns
+      ``(EMPTY, 0.0)`` instead of blocking.
+    * ``bell``: rung by every entry put and by :meth:`close`, for a consumer of several
+      buffers.
     * :attr:`waiting_for_room` counts the producers blocked for want of room right now, so a
       caller (a test, a monitor) can tell that the producer has reached the bound and stopped.
     """
 
-    __slots__ = ("_closed", "_counted", "_entries", "_lock", "_not_empty", "_not_full", "capacity")
+    __slots__ = (
+        "_bell",
+        "_closed",
+        "_counted",
+        "_entries",
+        "_lock",
+        "_not_empty",
+        "_not_full",
+        "capacity",
+    )
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, bell: Bell | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
         self.capacity = capacity
+        self._bell = bell
         self._entries: deque[tuple[T | object, bool]] = deque()
         self._counted = 0
         self._closed = False
@@ -180,7 +235,8 @@ class HandoffBuffer(Generic[T]):
             self._entries.append((entry, True))
             self._counted += 1
             self._not_empty.notify()
-            return True
+        self._ring()
+        return True
 
     def put_control(self, entry: object) -> bool:
         """Append an entry that does not count against capacity; ``False`` once closed."""
@@ -189,13 +245,23 @@ class HandoffBuffer(Generic[T]):
                 return False
             self._entries.append((entry, False))
             self._not_empty.notify()
-            return True
+        self._ring()
+        return True
 
-    def get(self) -> tuple[T | object, float]:
-        """Remove and return the oldest entry and the seconds spent waiting for it."""
+    def _ring(self) -> None:
+        if self._bell is not None:
+            self._bell.ring()
+
+    def get(self, *, block: bool = True) -> tuple[T | object, float]:
+        """Remove and return the oldest entry and the seconds spent waiting for it.
+
+        With ``block=False``, ``(EMPTY, 0.0)`` when nothing is buffered.
+        """
         with self._lock:
             waited = 0.0
             if not self._entries:
+                if not block:
+                    return EMPTY, 0.0
                 start = time.perf_counter()
                 while not self._entries:
                     self._not_empty.wait()
@@ -212,6 +278,7 @@ class HandoffBuffer(Generic[T]):
             self._closed = True
             self._not_full.notify_all()
             self._not_empty.notify_all()
+        self._ring()
 
 
 class Worker:

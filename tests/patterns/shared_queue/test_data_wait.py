@@ -12,11 +12,10 @@ import pytest
 
 from gradientmail import Mailbox, from_url
 from gradientmail._cli import main
-from gradientmail.patterns.shared_queue import _consumer as shared_queue_module
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.session import Session
 from gradientmail.status import RunStatus, data_wait_share, format_status, read_status
-from tests.support.handoff_probe import WatchedBuffer, watched
+from tests.support.handoff_probe import WatchedBuffer, install
 from tests.support.rigs import Rig
 
 UNITS = {f"u{i:02d}": i for i in range(6)}
@@ -37,7 +36,7 @@ def fast_load(unit: int) -> Iterator[int]:
 def buffers(monkeypatch: pytest.MonkeyPatch) -> list[WatchedBuffer]:
     """The buffers of the queues this test opens, watched (the last is the newest)."""
     made: list[WatchedBuffer] = []
-    monkeypatch.setattr(shared_queue_module, "HandoffBuffer", watched(made))
+    install(monkeypatch, made)
     return made
 
 

@@ -63,6 +63,20 @@ def test_a_watcher_marks_learners_that_hold_nothing_of_this_epoch() -> None:
     assert "epoch 1" in why["why"]
 
 
+def test_a_learner_whose_epochs_flow_is_busy_in_both_its_open_epochs() -> None:
+    """A lease names the open epochs (``epochs``) beside the oldest (``epoch``): its holder
+    works in each of them, and in no other."""
+    box = fresh_box()
+    record = {"holder": "both", "state": "running", "lease": 60.0, "incarnation": 1}
+    box.put(LEASES_PREFIX + "both", encode_record({**record, "epoch": 3, "epochs": [3, 4]}))
+    for epoch, busy in [(3, True), (4, True), (5, False)]:
+        me = watch(box, f"me-{epoch}", epoch)
+        lease(box, f"me-{epoch}", "running", epoch=epoch)
+        poll = me.poll()
+        assert poll.nobody_busy is not busy, epoch
+        assert ("both" in poll.absent) is not busy, epoch
+
+
 def test_leases_below_the_learners_are_not_learners() -> None:
     box = fresh_box()
     me = watch(box, "me")

@@ -49,7 +49,7 @@ def test_a_load_error_queued_behind_items_arrives_after_them(box: Mailbox, k: in
         pytest.raises(WorkerError) as caught,
         shared_queue({"u": "u"}, mailbox=box, learner_id="l", load=load, prefetch=16) as q,
     ):
-        _wait_ended(q._parts.loader if q._parts else None)  # the error is in the buffer
+        _wait_ended(q._open[0]._parts.loader if q._open else None)  # the error is in the buffer
         got.extend(q)
     assert got == [f"u-{n}" for n in range(k)]
     assert isinstance(caught.value.__cause__, Boom)
@@ -68,7 +68,7 @@ def test_a_unit_that_fails_to_load_fails_after_the_previous_units_items(box: Mai
         pytest.raises(WorkerError) as caught,
         shared_queue(units, mailbox=box, learner_id="l", load=load, prefetch=16) as q,
     ):
-        _wait_ended(q._parts.loader if q._parts else None)
+        _wait_ended(q._open[0]._parts.loader if q._open else None)
         got.extend(q)
     assert got == ["fine-0", "fine-1", "fine-2"]
     assert isinstance(caught.value.__cause__, Boom)

@@ -26,11 +26,11 @@ from gradientmail import (
 )
 from gradientmail._errors import WorkerError
 from gradientmail.patterns._claims import read_claim
-from gradientmail.patterns._workers import HandoffBuffer
+from gradientmail.patterns._workers import Bell, HandoffBuffer
 from gradientmail.patterns.shared_queue import UNITS_PREFIX, shared_queue
-from gradientmail.patterns.shared_queue import _consumer as shared_queue_module
+from gradientmail.patterns.shared_queue import _epoch as shared_queue_module
 from tests.support import stress
-from tests.support.handoff_probe import WatchedBuffer, watched
+from tests.support.handoff_probe import WatchedBuffer, install
 from tests.support.rigs import Rig
 
 #: Rigs whose put_if_absent is atomic under concurrency: one per backend.
@@ -367,8 +367,8 @@ def test_no_unit_is_claimed_while_the_buffer_is_full(
 ) -> None:
     buffers: list[HandoffBuffer[Any]] = []
 
-    def observed_buffer(capacity: int) -> HandoffBuffer[Any]:
-        buffers.append(HandoffBuffer(capacity))  # recorded, not altered
+    def observed_buffer(capacity: int, bell: Bell | None = None) -> HandoffBuffer[Any]:
+        buffers.append(HandoffBuffer(capacity, bell))  # recorded, not altered
         return buffers[-1]
 
     monkeypatch.setattr(shared_queue_module, "HandoffBuffer", observed_buffer)
@@ -699,7 +699,7 @@ def test_telemetry_counts_claims_items_and_waits(
     box: Mailbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     buffers: list[WatchedBuffer] = []
-    monkeypatch.setattr(shared_queue_module, "HandoffBuffer", watched(buffers))
+    install(monkeypatch, buffers)
     units = {f"u{i}": f"u{i}" for i in range(5)}
     step = 0.02  # each item takes the loader this long: slow I/O, simulated
     #: the loader's time making each item, all of it inside one wait of the consumer's

@@ -46,7 +46,15 @@ Guarantees
       take them without waiting for a lease to expire.
     * **Epochs.** ``epoch=k`` scopes claims and completions to epoch ``k`` of the same run
       (same URL); ``shuffle=seed`` gives each epoch its own preference order, identical on
-      every learner.
+      every learner. ``epochs=range(n)`` runs the epochs in one iteration, and they *flow*:
+      a learner that finds no unit of epoch k free, while units of k are in progress
+      elsewhere, goes on to claim units of k+1 at once. It stays responsible for k: it
+      keeps watching k's learners, takes over a dead one's units of k, and delivers items
+      of k before those of k+1. Each unit is still done exactly once per epoch; a unit of
+      k+1 may start before the last of k has ended; a learner never runs more than one
+      epoch ahead of the oldest epoch with a unit in progress (or one it left unfinished
+      with ``wait_for_others=False``). While two epochs are open each has its own
+      ``prefetch`` buffer.
     * **Prefetch bound.** A background thread claims units and runs ``load(unit)``. It pulls
       an item only when fewer than ``prefetch`` items are buffered, and claims the next unit
       only then too.
@@ -72,6 +80,7 @@ wait for data, to a :class:`~gradientmail.session.Session` (``session=``, or the
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -91,6 +100,7 @@ from gradientmail.patterns._progress import (
 )
 from gradientmail.patterns._run_layout import MANIFEST_KEY, UNITS_PREFIX
 from gradientmail.patterns.shared_queue._consumer import SharedQueue
+from gradientmail.patterns.shared_queue._epoch import Setup
 from gradientmail.patterns.shared_queue._policy.preference import preference_order
 from gradientmail.patterns.shared_queue._stats import QueueStats
 
@@ -134,6 +144,26 @@ def _check_arguments(
         raise ConfigurationError(f"shuffle must be an int seed or None, not {shuffle!r}")
 
 
+def _check_epochs(epochs: object, epoch: object) -> list[int]:
+    if epoch != 0:
+        raise ConfigurationError(
+            f"give epoch= or epochs=, not both (epoch={epoch!r}, epochs={epochs!r}); "
+            "epochs=range(k, n) starts at epoch k"
+        )
+    if isinstance(epochs, (str, bytes)) or not isinstance(epochs, Iterable):
+        raise ConfigurationError(
+            f"epochs must be an iterable of ints >= 0 such as range(10), not {epochs!r}"
+        )
+    passes = list(epochs)
+    if not passes or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in passes):
+        raise ConfigurationError(
+            f"epochs must be a non-empty iterable of ints >= 0 such as range(10), not {epochs!r}"
+        )
+    if any(later <= earlier for earlier, later in itertools.pairwise(passes)):
+        raise ConfigurationError(f"epochs must increase, each once: {passes!r}")
+    return passes
+
+
 @contextmanager
 def shared_queue(
     units: Mapping[str, U],
@@ -145,6 +175,7 @@ def shared_queue(
     order: Sequence[str] | None = None,
     session: ProgressReporter | None = None,
     epoch: int = 0,
+    epochs: Iterable[int] | None = None,
     shuffle: int | None = None,
     lease: float = DEFAULT_LEASE,
     wait_for_others: bool = True,
@@ -164,6 +195,10 @@ def shared_queue(
         session: where to report unit progress; by default the innermost
             :class:`~gradientmail.session.Session` for ``learner_id`` entered in this thread.
         epoch: which pass over the units (0, 1, 2...); each epoch completes every unit once.
+        epochs: several passes in one iteration, for example ``range(10)``, in increasing
+            order; not with ``epoch``. They flow: once no unit of an epoch is free, the
+            learner takes units of the next one while it keeps watching the older (see
+            Epochs above). ``queue.epoch`` is the epoch of the item returned last.
         shuffle: a seed: each epoch's preference order is a permutation drawn from
             ``(shuffle, epoch)``, the same on every learner. Not with ``order``.
         lease: seconds without renewal after which others may take this learner's units
@@ -185,12 +220,13 @@ def shared_queue(
         LeaseLostError: from iteration, when this learner's units were taken over.
     """
     _check_arguments(units, mailbox, load, epoch, shuffle)
+    passes = [epoch] if epochs is None else _check_epochs(epochs, epoch)
     validate_segment(learner_id, "learner id")
     positive(prefetch, "prefetch", integer=True)
     lease = lease_seconds(lease)
     if not isinstance(wait_for_others, bool):
         raise ConfigurationError(f"wait_for_others must be True or False, not {wait_for_others!r}")
-    identifiers = preference_order(units, order, shuffle, epoch)
+    orders = [(k, preference_order(units, order, shuffle, k)) for k in passes]
     if session is not None:
         check_reporter(session, mailbox)
     reporter = session if session is not None else active_reporter(learner_id)
@@ -204,19 +240,17 @@ def shared_queue(
                 RuntimeWarning,
                 stacklevel=3,
             )
-    queue: SharedQueue[T] = SharedQueue(
-        units,
-        identifiers,
+    setup = Setup(
         mailbox=mailbox,
-        learner_id=learner_id,
+        units=units,
         load=load,
+        learner_id=learner_id,
         prefetch=prefetch,
         reporter=reporter,
-        epoch=epoch,
-        lease=float(lease),
         wait_for_others=wait_for_others,
         shared_order=order is None,
     )
+    queue: SharedQueue[T] = SharedQueue(setup, orders, lease=float(lease))
     try:
         queue._start()
         with _running(queue):

@@ -1,41 +1,37 @@
-"""The consumer side of a ``shared_queue`` learner: iteration, and leaving.
+"""The consumer side of a ``shared_queue`` learner: iteration over its epochs, and leaving.
 
-:class:`SharedQueue` starts the learner's three parts (its lease, the loader thread and
-the completions thread), turns the loader's buffer into items for the training loop, and
-on close stops them in order: loader first, then pending completions, then the lease.
-It touches the loader only through the buffer and the holdings.
+:class:`SharedQueue` takes the learner's one lease, runs one
+:class:`~gradientmail.patterns.shared_queue._epoch.EpochRun` per open epoch, turns their
+buffers into items for the training loop, and on close stops them in order (loaders first,
+then pending completions, then the lease).
+
+Epochs that flow: given several epochs, the learner works in the first; once no unit of it
+is free (the rest are in progress elsewhere) it opens the next one beside it, and takes
+that epoch's units while it still watches the older one and takes over a dead learner's
+units there. Items of the older epoch always come first. A third epoch opens only once the
+oldest has ended, so a learner is never more than one epoch ahead of the oldest unit in
+progress. The lease names the open epochs (``epochs``; ``epoch`` is the oldest), so the
+other learners of each epoch count this one as working there.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+import logging
+from collections import deque
+from collections.abc import Sequence
+from typing import Generic, TypeVar
 
 from gradientmail._errors import BackendError, LeaseLostError
-from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._leases import Lease
-from gradientmail.patterns._progress import ProgressReporter
-from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout, check_manifest
-from gradientmail.patterns._workers import HandoffBuffer, Worker
-from gradientmail.patterns.shared_queue._buffer_entries import (
-    Control,
-    Failed,
-    Fenced,
-    UnitEnd,
-    UnitStart,
-    Wake,
-)
-from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
-from gradientmail.patterns.shared_queue._holdings import Holdings
-from gradientmail.patterns.shared_queue._loader import ClaimLoop
-from gradientmail.patterns.shared_queue._policy import ClaimPolicy
-from gradientmail.patterns.shared_queue._recorder import CompletionRecorder
+from gradientmail.patterns._run_layout import LEASES_PREFIX, check_manifest
+from gradientmail.patterns._workers import Bell
+from gradientmail.patterns.shared_queue._epoch import EMPTY, EpochRun, Setup
 from gradientmail.patterns.shared_queue._stats import QueueStats
-from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 
 __all__ = ["SharedQueue"]
+
+#: Opening an epoch beside an unfinished one, at INFO.
+_log = logging.getLogger("gradientmail.patterns.shared_queue")
 
 T = TypeVar("T")
 
@@ -43,7 +39,8 @@ T = TypeVar("T")
 class SharedQueue(Generic[T]):
     """The iterator ``shared_queue`` yields: items of the units this learner holds.
 
-    Iterate it in the thread that entered the ``with`` block. ``stats`` is live telemetry.
+    Iterate it in the thread that entered the ``with`` block. ``stats`` is live telemetry
+    (summed over the epochs); ``epoch`` is the epoch of the item returned last.
     """
 
     #: A store error while releasing units on an early exit (they come back when the lease
@@ -52,73 +49,38 @@ class SharedQueue(Generic[T]):
 
     def __init__(
         self,
-        units: Mapping[str, Any],
-        identifiers: list[str],
+        setup: Setup,
+        epochs: Sequence[tuple[int, list[str]]],
         *,
-        mailbox: Mailbox,
-        learner_id: str,
-        load: Callable[[Any], Iterable[T]],
-        prefetch: int,
-        reporter: ProgressReporter | None,
-        epoch: int,
         lease: float,
-        wait_for_others: bool = True,
-        shared_order: bool = True,
     ) -> None:
-        self.learner_id = learner_id
-        self.epoch = epoch
+        self.learner_id = setup.learner_id
+        self.epoch = epochs[0][0]
         self.stats = QueueStats()
-        self._settings = (mailbox, units, identifiers, load, wait_for_others, shared_order)
-        self._reporter = reporter
-        key = LEASES_PREFIX + learner_id
-        self._lease = Lease(mailbox, key, learner_id, duration=lease, extra={"epoch": epoch})
-        self._buffer: HandoffBuffer[T] = HandoffBuffer(prefetch)
-        self._holdings = Holdings()
-        self._closing = threading.Event()
+        self._setup = setup
+        self._pending = deque(epochs)
+        #: Each epoch's place in the order this learner goes through them.
+        self._position = {epoch: place for place, (epoch, _) in enumerate(epochs)}
+        #: The place of the first epoch this learner left unfinished, if any.
+        self._unfinished: int | None = None
+        self._lease = Lease(
+            setup.mailbox,
+            LEASES_PREFIX + setup.learner_id,
+            setup.learner_id,
+            duration=lease,
+            extra={"epoch": self.epoch, "epochs": [self.epoch]},
+        )
+        self._bell = Bell()
+        self._open: list[EpochRun[T]] = []
         self._state = _State()
-        self._parts: _Parts | None = None  # once started
-
-    @property
-    def _worker(self) -> str:
-        return f"shared_queue loader of learner {self.learner_id!r}"
 
     def _start(self) -> None:
-        """Check the manifest, take the lease, start the loader and the recorder."""
-        mailbox, units, identifiers, load, wait_for_others, shared_order = self._settings
-        check_manifest(mailbox, identifiers, units)
+        """Check the manifest, take the lease, open the first epoch."""
+        setup = self._setup
+        check_manifest(setup.mailbox, self._pending[0][1], setup.units)
         self._lease.acquire()
         self._lease.start()
-        claims = UnitClaims(
-            mailbox, RunLayout(self.epoch), self.learner_id, self._lease.incarnation
-        )
-        pages = ClaimPages(mailbox, claims.layout.units, self.stats)
-        loop = ClaimLoop(
-            units=units,
-            policy=ClaimPolicy(identifiers, self.learner_id, pages, shared_order=shared_order),
-            claims=claims,
-            lease=self._lease,
-            load=load,
-            buffer=self._buffer,
-            holdings=self._holdings,
-            stats=self.stats,
-            reporter=self._reporter,
-            closing=self._closing,
-            wait_for_others=wait_for_others,
-        )
-        loader = Worker(f"gradientmail-shared-queue-{self.learner_id}", lambda _stop: loop.run())
-        recorder = CompletionRecorder(
-            claims,
-            self._holdings,
-            worker=self._worker,
-            wake=self._buffer.put_control,
-            recorded=self._count_completion,
-        )
-        self._parts = _Parts(loop, claims, loader, recorder)
-        loader.start()
-        recorder.start()
-
-    def _count_completion(self) -> None:
-        self.stats.units_completed += 1
+        self._open_next()
 
     # -- consumer side ------------------------------------------------------------------------
 
@@ -129,68 +91,109 @@ class SharedQueue(Generic[T]):
         state = self._state
         if state.done:
             raise StopIteration
-        get = self._buffer.get
-        stats = self.stats
-        lease = self._lease
-        reporter = self._reporter
-        recorder = self._parts.recorder if self._parts is not None else None
+        try:
+            return self._next()
+        except BaseException:
+            state.done = True
+            raise
+
+    def _next(self) -> T:
+        bell = self._bell
         while True:
-            if recorder is not None and recorder.error is not None:  # per item: kept cheap
-                self._fail(recorder.error)
-            entry, waited = get()
-            if waited:
-                stats.wait_s += waited
-                if reporter is not None:
-                    reporter.data_waited(waited)
-            if not isinstance(entry, Control):
+            seen = bell.rings  # before looking: a ring after this is never missed
+            if self._pending and self._may_open():
+                # Checked at every item, so the next epoch's loader prefetches while the
+                # consumer trains the older epoch's last buffered items.
+                self._open_next()
+            ended = None
+            for run in self._open:  # the oldest epoch first
                 try:
-                    lease.ensure_fresh()  # never deliver an item of a unit we may have lost
-                except LeaseLostError as exc:
-                    self._fail(exc)
-                stats.items_delivered += 1
-                return entry  # type: ignore[return-value]  # not a Control: an item
-            if isinstance(entry, UnitStart):
-                if reporter is not None:
-                    reporter.unit_started(entry.held.identifier)
-            elif isinstance(entry, UnitEnd):
-                stats.units_finished += 1
-                if reporter is not None:
-                    reporter.unit_finished(entry.held.identifier, entry.items)
-                assert self._parts is not None
-                self._parts.recorder.hand_over(entry.held)
-            elif isinstance(entry, Wake):
-                continue  # the loop's top raises the recorder's error
-            elif isinstance(entry, Fenced):
-                self._fail(entry.error)
-            elif isinstance(entry, Failed):
-                state.done = True
-                entry.carried.reraise(self._worker, entry.context)
-            else:
-                parts = self._parts
-                if parts is not None:
-                    parts.recorder.flush()
-                self._raise_recorded_failure()
-                state.done = state.exhausted = True
-                stats.run_complete = (
-                    parts is not None and parts.claims.cas and not parts.loop.others_unfinished
-                )
+                    item = run.take()
+                except StopIteration:
+                    ended = run
+                    break
+                if item is not EMPTY:
+                    self.epoch = run.epoch
+                    self.stats.items_delivered += 1
+                    return item  # type: ignore[return-value]  # not EMPTY: an item
+            if ended is not None:
+                self._ended(ended)
+                continue
+            if not self._open:
+                self._state.exhausted = True
+                self.stats.run_complete = self._unfinished is None and not self._pending
                 raise StopIteration
+            waited = bell.wait(seen)
+            if waited:
+                self.stats.wait_s += waited
+                if self._setup.reporter is not None:
+                    self._setup.reporter.data_waited(waited)
 
-    def _raise_recorded_failure(self) -> None:
-        if self._parts is not None and self._parts.recorder.error is not None:
-            self._fail(self._parts.recorder.error)
+    def _may_open(self) -> bool:
+        """Whether to open the next epoch now: when none is open, or when no unit of the
+        open one is free; never more than one epoch after the oldest that is open or was
+        left unfinished by this learner."""
+        if not self._pending:
+            return False
+        following = self._position[self._pending[0][0]]
+        behind = [self._position[run.epoch] for run in self._open]
+        if self._unfinished is not None:
+            behind.append(self._unfinished)
+        if behind and following - min(behind) > 1:
+            return False
+        return all(run.dry.is_set() for run in self._open)
 
-    def _fail(self, error: BaseException) -> None:
-        """Stop iterating and raise ``error`` (a lost lease, or a failed completion)."""
-        self._state.done = True
-        raise error
+    def _open_next(self) -> None:
+        """Open the next pending epoch, and say so in the lease."""
+        epoch, identifiers = self._pending.popleft()
+        if self._open:
+            _log.info(
+                "%r opens epoch %d while units of epoch %d are in progress elsewhere",
+                self.learner_id,
+                epoch,
+                self._open[0].epoch,
+            )
+        run: EpochRun[T] = EpochRun(
+            self._setup, epoch, identifiers, lease=self._lease, stats=self.stats, bell=self._bell
+        )
+        self._open.append(run)
+        self._name_epochs()
+        run.start()
+
+    def _ended(self, run: EpochRun[T]) -> None:
+        """An epoch ended: close it; go on with the others."""
+        self._open.remove(run)
+        run.close()
+        if not run.complete:
+            # Left while others held units (or claims are permanent): at most the epoch
+            # after it may still open.
+            position = self._position[run.epoch]
+            if self._unfinished is None or position < self._unfinished:
+                self._unfinished = position
+        if self._open:
+            self._name_epochs()
+
+    def _name_epochs(self) -> None:
+        """Say in the lease which epochs this learner works in, at once."""
+        epochs = [run.epoch for run in self._open]
+        if self._lease.extra.get("epochs") == epochs:
+            return  # as the lease already says (the first epoch: as it was acquired)
+        try:
+            self._lease.retarget(epoch=epochs[0], epochs=epochs)
+        except LeaseLostError:
+            raise  # fenced: the consumer raises it
+        except BackendError as exc:
+            # The next background renewal writes it. Meanwhile the others of the new epoch
+            # may count this learner absent there, which can delay that epoch's end (a
+            # listing of done/ decides it), never bring it forward.
+            _log.debug("%r could not name its epochs in its lease yet: %s", self.learner_id, exc)
 
     # -- leaving ------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stop prefetching, record pending completions, release or finish. Idempotent.
 
-        Waits for at most the loader's current ``load`` step or mailbox call. Left before
+        Waits for at most each loader's current ``load`` step or mailbox call. Left before
         the end (not exhausted), it releases every unit it holds that is not done, so other
         learners take them at once. Store errors while releasing are kept in
         :attr:`release_error`: the units then come back when the lease expires.
@@ -199,49 +202,27 @@ class SharedQueue(Generic[T]):
         if state.closed:
             return
         state.closed = state.done = True
-        self._closing.set()
-        self._holdings.close()  # a loader waiting for completions stops waiting
-        self._buffer.close()
-        parts = self._parts
-        if parts is not None:
-            parts.loader.stop()
-            parts.recorder.stop()
+        fenced = False
+        error: BackendError | None = None
+        for run in self._open:
+            try:
+                fenced = run.close() or fenced
+            except BackendError as exc:
+                error = error or exc
+        self._open.clear()
         self.stats.lease_renewals = self._lease.renewals
-        recorded = parts.recorder.error if parts is not None else None
-        if self._lease.lost or isinstance(recorded, LeaseLostError):
+        if fenced or self._lease.lost:
+            self._lease.end()  # stops renewing; a lost lease is left as it was written
             return
         try:
-            if state.exhausted:
-                self._lease.end("finished")
-            else:
-                self._release_held()
-                self._lease.end("released")
+            self._lease.end("finished" if state.exhausted else "released")
         except BackendError as exc:
-            self.release_error = exc
-
-    def _release_held(self) -> None:
-        if self._parts is None:
-            return
-        claims = self._parts.claims
-        for unit in self._holdings.take_all():
-            if claims.release(unit):
-                self.stats.units_released += 1
-                if self._reporter is not None:
-                    self._reporter.unit_released(unit.identifier)
-
-
-@dataclass(frozen=True)
-class _Parts:
-    """What a started queue runs: the loader's loop and thread, its claims, the recorder."""
-
-    loop: ClaimLoop
-    claims: UnitClaims
-    loader: Worker
-    recorder: CompletionRecorder
+            error = error or exc
+        self.release_error = error
 
 
 class _State:
-    """Where the consumer is: iterating, done (no more items), exhausted (the epoch
+    """Where the consumer is: iterating, done (no more items), exhausted (every epoch
     ended, not left early), closed."""
 
     __slots__ = ("closed", "done", "exhausted")

@@ -252,11 +252,7 @@ class IdleWatch:
         self.mailbox.put_if_absent(self.layout.complete, encode_record(record))
 
     def _works_here(self, state: LeaseState) -> bool:
-        return (
-            state.state == "running"
-            and not state.dead
-            and (state.epoch is None or state.epoch == self.layout.epoch)
-        )
+        return state.state == "running" and not state.dead and state.works_in(self.layout.epoch)
 
     def _watches(self, holder: str, watchers: list[str]) -> bool:
         """Whether this learner is one of the :data:`WATCHERS` chosen for ``holder``."""

@@ -78,7 +78,10 @@ class ClaimLoop:
         reporter: ProgressReporter | None,
         closing: threading.Event,
         wait_for_others: bool = True,
+        on_dry: Callable[[], None] = lambda: None,
     ) -> None:
+        #: Called each time no unit is free (so a learner whose epochs flow opens the next).
+        self.on_dry = on_dry
         self.items_of: Callable[[str], Iterable[Any]] = lambda ident: load(units[ident])
         self.policy = policy
         self.claims = claims
@@ -136,7 +139,8 @@ class ClaimLoop:
         self.stats.listings += 2
         self.stats.listed_keys += len(scan.claimed) + len(scan.done)
         ids = self.policy.position
-        self.stats.units_done_before = done = sum(1 for ident in scan.done if ident in ids)
+        done = sum(1 for ident in scan.done if ident in ids)
+        self.stats.units_done_before += done  # summed over a flowing queue's epochs
         if done and done == len(ids):
             _log.info(
                 "%r found epoch %d of the run at %s already complete (all %d units done): "
@@ -170,6 +174,7 @@ class ClaimLoop:
                     return held
                 continue
             # No unit is free: every unit is claimed.
+            self.on_dry()
             found = self.waiting.step()
             if found is Next.WAIT:
                 self.waiting.pause()

@@ -23,7 +23,7 @@ class QueueStats(Stats):
     units_reclaimed: int = 0
     #: units given back unfinished when the queue was left early.
     units_released: int = 0
-    #: units of this epoch already done when the queue started (a resumed run).
+    #: units already done when the queue started (a resumed run), summed over the epochs.
     units_done_before: int = 0
     #: ``True`` once every unit of the epoch is done (this learner saw the end).
     run_complete: bool = False

@@ -1,0 +1,223 @@
+"""One epoch of a ``shared_queue`` learner: its loader thread, its completions, its buffer.
+
+A learner runs one :class:`EpochRun` per open epoch, all under the learner's one lease: one
+while it works in a single epoch, two while its epochs flow (it claims units of the next
+epoch while the last units of the previous one are in progress elsewhere). Each run has
+its own claims, claim policy, idle markers and takeovers, scoped to its epoch's keys, so
+nothing of one epoch is ever recorded in another. The consumer reads a run only through
+:meth:`EpochRun.take`, which never blocks: the learner's
+:class:`~gradientmail.patterns.shared_queue._consumer.SharedQueue` waits on the bell that
+every run's buffer rings.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from gradientmail._errors import LeaseLostError
+from gradientmail.mailbox import Mailbox
+from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._progress import ProgressReporter
+from gradientmail.patterns._run_layout import RunLayout
+from gradientmail.patterns._workers import EMPTY, Bell, HandoffBuffer, Worker
+from gradientmail.patterns.shared_queue._buffer_entries import (
+    Control,
+    Failed,
+    Fenced,
+    UnitEnd,
+    UnitStart,
+    Wake,
+)
+from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
+from gradientmail.patterns.shared_queue._holdings import Holdings
+from gradientmail.patterns.shared_queue._loader import ClaimLoop
+from gradientmail.patterns.shared_queue._policy import ClaimPolicy
+from gradientmail.patterns.shared_queue._recorder import CompletionRecorder
+from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
+
+__all__ = ["EMPTY", "EpochRun", "Setup"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every epoch of one learner shares."""
+
+    mailbox: Mailbox
+    units: Mapping[str, Any]
+    load: Callable[[Any], Iterable[Any]]
+    learner_id: str
+    prefetch: int
+    reporter: ProgressReporter | None
+    wait_for_others: bool
+    shared_order: bool
+
+
+class EpochRun(Generic[T]):
+    """One open epoch: claims, loads and records completions of its units.
+
+    Guarantees: :meth:`take` returns this epoch's items in order, ``EMPTY`` while none is
+    buffered, and raises ``StopIteration`` once, when the epoch ended and every completion
+    of it is recorded; an error of the loader or the recorder is raised after the items
+    buffered before it. :meth:`close` leaves the learner's lease alone.
+    """
+
+    def __init__(
+        self,
+        setup: Setup,
+        epoch: int,
+        identifiers: list[str],
+        *,
+        lease: Lease,
+        stats: QueueStats,
+        bell: Bell,
+    ) -> None:
+        self.setup = setup
+        self.epoch = epoch
+        self.stats = stats
+        self.lease = lease
+        #: Set once no unit of this epoch was free (units may still be in progress).
+        self.dry = threading.Event()
+        #: Once ended: every unit done (``False``: others held units, or claims are
+        #: permanent, when this learner stopped waiting).
+        self.complete = False
+        self._bell = bell
+        self._buffer: HandoffBuffer[T] = HandoffBuffer(setup.prefetch, bell)
+        self._holdings = Holdings()
+        self._closing = threading.Event()
+        self._parts = self._build(identifiers)
+        self._ended = False
+
+    @property
+    def worker(self) -> str:
+        """The loader's name, for errors."""
+        return f"shared_queue loader of learner {self.setup.learner_id!r}"
+
+    def _build(self, identifiers: list[str]) -> _Parts:
+        setup = self.setup
+        claims = UnitClaims(
+            setup.mailbox, RunLayout(self.epoch), setup.learner_id, self.lease.incarnation
+        )
+        pages = ClaimPages(setup.mailbox, claims.layout.units, self.stats)
+        policy = ClaimPolicy(identifiers, setup.learner_id, pages, shared_order=setup.shared_order)
+        loop = ClaimLoop(
+            units=setup.units,
+            policy=policy,
+            claims=claims,
+            lease=self.lease,
+            load=setup.load,
+            buffer=self._buffer,
+            holdings=self._holdings,
+            stats=self.stats,
+            reporter=setup.reporter,
+            closing=self._closing,
+            wait_for_others=setup.wait_for_others,
+            on_dry=self._on_dry,
+        )
+        name = f"gradientmail-shared-queue-{setup.learner_id}-epoch-{self.epoch}"
+        loader = Worker(name, lambda _stop: loop.run())
+        recorder = CompletionRecorder(
+            claims,
+            self._holdings,
+            worker=self.worker,
+            wake=self._buffer.put_control,
+            recorded=self._count_completion,
+        )
+        return _Parts(loop, claims, loader, recorder)
+
+    def start(self) -> None:
+        """Start the loader and the recorder threads."""
+        self._parts.loader.start()
+        self._parts.recorder.start()
+
+    def _on_dry(self) -> None:
+        if not self.dry.is_set():
+            self.dry.set()
+            self._bell.ring()
+
+    def _count_completion(self) -> None:
+        self.stats.units_completed += 1
+
+    def take(self) -> T | object:
+        """The next item of this epoch, or ``EMPTY``; never blocks.
+
+        Raises:
+            StopIteration: the epoch ended (once; then ``EMPTY``).
+            LeaseLostError: this learner's units were taken over.
+            WorkerError: the loader or a completion failed.
+        """
+        parts = self._parts
+        reporter = self.setup.reporter
+        while True:
+            if parts.recorder.error is not None:  # per item: kept cheap
+                raise parts.recorder.error
+            entry, _ = self._buffer.get(block=False)
+            if entry is EMPTY:
+                return EMPTY
+            if not isinstance(entry, Control):
+                self.lease.ensure_fresh()  # never deliver an item of a unit we may have lost
+                return entry
+            if isinstance(entry, UnitStart):
+                if reporter is not None:
+                    reporter.unit_started(entry.held.identifier)
+            elif isinstance(entry, UnitEnd):
+                self.stats.units_finished += 1
+                if reporter is not None:
+                    reporter.unit_finished(entry.held.identifier, entry.items)
+                parts.recorder.hand_over(entry.held)
+            elif isinstance(entry, Wake):
+                continue  # the loop's top raises the recorder's error
+            elif isinstance(entry, Fenced):
+                raise entry.error
+            elif isinstance(entry, Failed):
+                entry.carried.reraise(self.worker, entry.context)
+            else:  # Exhausted: the loader found the epoch over
+                parts.recorder.flush()
+                if parts.recorder.error is not None:
+                    raise parts.recorder.error
+                self._ended = True
+                self.complete = parts.claims.cas and not parts.loop.others_unfinished
+                raise StopIteration
+
+    def close(self) -> bool:
+        """Stop the threads, record pending completions, release what is held unless the
+        epoch ended. Whether this learner was fenced (then nothing is released).
+
+        Raises:
+            BackendError: releasing failed (the units come back when the lease expires).
+        """
+        self._closing.set()
+        self._holdings.close()  # a loader waiting for completions stops waiting
+        self._buffer.close()
+        parts = self._parts
+        parts.loader.stop()
+        parts.recorder.stop()
+        if self.lease.lost or isinstance(parts.recorder.error, LeaseLostError):
+            return True
+        if not self._ended:
+            self._release_held()
+        return False
+
+    def _release_held(self) -> None:
+        claims = self._parts.claims
+        reporter = self.setup.reporter
+        for unit in self._holdings.take_all():
+            if claims.release(unit):
+                self.stats.units_released += 1
+                if reporter is not None:
+                    reporter.unit_released(unit.identifier)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What a started epoch runs: the loader's loop and thread, its claims, the recorder."""
+
+    loop: ClaimLoop
+    claims: UnitClaims
+    loader: Worker
+    recorder: CompletionRecorder
