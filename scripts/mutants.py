@@ -318,6 +318,147 @@ MUTANTS: tuple[Mutant, ...] = (
         "an entry stops counting as pending when its write starts, so flush() (a pipeline "
         "consumer's next(), a queue's close) returns before the record has landed",
     ),
+    # -- epochs that flow ------------------------------------------------------------------
+    Mutant(
+        "flow-never-opens-beside-an-open-epoch",
+        "patterns/shared_queue/_consumer.py",
+        (
+            (
+                "        return all(run.dry.is_set() for run in self._open)\n",
+                "        return not self._open\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_flowing_epochs.py::"
+            "test_the_next_epoch_starts_while_a_unit_is_in_progress_and_never_the_one_after",
+        ),
+        "epoch k+1 opens only once k has ended: the barrier is back, and fast learners wait",
+    ),
+    Mutant(
+        "flow-opens-before-the-open-epoch-runs-dry",
+        "patterns/shared_queue/_consumer.py",
+        (
+            (
+                "        return all(run.dry.is_set() for run in self._open)\n",
+                "        return True\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_flowing_epochs.py::"
+            "test_the_next_epoch_opens_only_once_no_unit_of_the_open_one_is_free",
+        ),
+        "epoch k+1 opens while units of k are still free, so a learner holds units of the "
+        "next epoch that others could have trained in this one",
+    ),
+    Mutant(
+        "flow-runs-two-epochs-ahead",
+        "patterns/shared_queue/_consumer.py",
+        (
+            (
+                "        if self._open and following - self._position[self._open[0].epoch] > 1:\n",
+                "        if False:\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_flowing_epochs.py::"
+            "test_the_next_epoch_starts_while_a_unit_is_in_progress_and_never_the_one_after",
+        ),
+        "a learner opens epoch k+2 while a unit of k is still in progress",
+    ),
+    Mutant(
+        "flow-newer-epoch-first",
+        "patterns/shared_queue/_consumer.py",
+        (
+            (
+                "            for run in self._open:  # the oldest epoch first\n",
+                "            for run in reversed(self._open):\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_flowing_epochs.py::"
+            "test_a_unit_taken_back_in_the_older_epoch_is_delivered_before_the_newer_epochs_items",
+        ),
+        "a unit taken over in the older epoch waits behind the newer epoch's items",
+    ),
+    Mutant(
+        "flow-lease-names-only-the-first-epoch",
+        "patterns/shared_queue/_consumer.py",
+        (
+            (
+                '        if self._lease.extra.get("epochs") == epochs:\n',
+                "        if True:\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_flowing_epochs.py::"
+            "test_the_next_epoch_starts_while_a_unit_is_in_progress_and_never_the_one_after",
+        ),
+        "the lease never says which epochs the learner works in, so the learners of the "
+        "next epoch count it absent there",
+    ),
+    Mutant(
+        "flow-lease-keeps-an-ended-epoch",
+        "patterns/shared_queue/_consumer.py",
+        (
+            (
+                "        if self._open:\n            self._name_epochs()\n",
+                "",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_flowing_epochs.py::"
+            "test_the_next_epoch_starts_while_a_unit_is_in_progress_and_never_the_one_after",
+        ),
+        "once an epoch ends the lease still names it, so its learners keep counting this "
+        "one busy there",
+    ),
+    Mutant(
+        "lease-epochs-ignored",
+        "patterns/_lease_watch.py",
+        (("        if self.epochs:\n", "        if False:\n"),),
+        (
+            "tests/patterns/shared_queue/test_idle_watch.py::"
+            "test_a_learner_whose_epochs_flow_is_busy_in_both_its_open_epochs",
+        ),
+        "an observer reads only the oldest epoch of a lease, so a learner busy in the next "
+        "epoch is marked idle there on its behalf",
+    ),
+    Mutant(
+        "flow-done-before-counts-the-last-epoch-only",
+        "patterns/shared_queue/_loader.py",
+        (
+            (
+                "        self.stats.units_done_before += done",
+                "        self.stats.units_done_before = done",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_flowing_epochs.py::"
+            "test_a_resumed_flowing_run_skips_complete_epochs_and_says_complete",
+        ),
+        "a resumed flowing queue reports only its last epoch's units as done before",
+    ),
+    Mutant(
+        "bell-ring-not-counted",
+        "patterns/_workers.py",
+        (("            self._rings += 1\n", ""),),
+        ("tests/patterns/test_bell.py",),
+        "a ring between the consumer's look and its wait is missed: it sleeps beside an item",
+    ),
+    Mutant(
+        "buffer-put-does-not-ring",
+        "patterns/_workers.py",
+        (
+            (
+                "            self._counted += 1\n"
+                "            self._not_empty.notify()\n"
+                "        self._ring()\n",
+                "            self._counted += 1\n            self._not_empty.notify()\n",
+            ),
+        ),
+        ("tests/patterns/test_bell.py",),
+        "an item put in a buffer wakes no consumer waiting on the bell",
+    ),
     Mutant(
         "end-notice-waits-the-whole-backoff",
         "patterns/shared_queue/_waiting.py",

@@ -76,7 +76,7 @@ def format_status(status: RunStatus) -> str:
         cells = (
             str(r.get("learner")),
             state,
-            *([str(at) if isinstance(at, int) else "-"] if epochs else []),
+            *([_epoch_cell(r) if isinstance(at, int) else "-"] if epochs else []),
             _int(r.get("units_claimed")),
             _int(r.get("units_finished")),
             _int(r.get("samples")),
@@ -133,3 +133,11 @@ def format_status(status: RunStatus) -> str:
     for key in status.unreadable:
         lines.append(f"warning: {key} does not hold a readable record; skipped")
     return "\n".join(lines)
+
+
+def _epoch_cell(row: dict[str, Any]) -> str:
+    """A learner's epoch: ``3``, or ``3+4`` while its epochs flow and it works in both."""
+    both = row.get("epochs")
+    if isinstance(both, list) and len(both) > 1:
+        return "+".join(str(k) for k in both)
+    return str(row.get("epoch"))

@@ -184,6 +184,9 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         lease_epoch = (lease or {}).get("epoch")
         if isinstance(lease_epoch, int):
             row["epoch"] = lease_epoch
+        lease_epochs = (lease or {}).get("epochs")
+        if isinstance(lease_epochs, list) and len(lease_epochs) > 1:
+            row["epochs"] = [k for k in lease_epochs if isinstance(k, int)]
         seen = [t for t in (record.get("updated_at"), renewed) if number(t)]
         if seen:
             row["seen_at"] = max(seen)
@@ -210,6 +213,7 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
 _LEARNER_FIELDS = (
     "state",
     "epoch",
+    "epochs",
     "error",
     "units_claimed",
     "units_finished",
@@ -235,7 +239,8 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
     left}, epochs before the one shown), ``done_per_epoch`` ({epoch: units done}, every
     epoch up to the newest), ``learners`` (one object per row, sorted like the table:
     ``learner``, ``state`` (``running``, ``silent``, ``finished``, ``failed``,
-    ``released``, ``lost``), ``epoch`` (the epoch its lease names) and, where recorded,
+    ``released``, ``lost``), ``epoch`` (the oldest epoch its lease names), ``epochs`` (the
+    epochs it works in, where its epochs flow and two are open) and, where recorded,
     the other keys of ``_LEARNER_FIELDS``:
     counts, ``rate`` (samples/s), seconds and unix times), and ``unreadable`` (keys).
     New keys may be added; existing ones keep their meaning.

@@ -67,6 +67,7 @@ import os
 import pickle
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from multiprocessing import RawValue
 from multiprocessing import context as _mp_context
 from typing import Any, TypeVar
@@ -84,7 +85,7 @@ from gradientmail._keys import validate_segment
 from gradientmail.backends._options import lease_seconds, positive, redact
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns.shared_queue import DEFAULT_LEASE, shared_queue
-from gradientmail.patterns.shared_queue._policy.preference import preference_order
+from gradientmail.patterns.shared_queue._policy.preference import check_epochs, preference_order
 from gradientmail.session import Session, active_session
 
 __all__ = [
@@ -119,6 +120,9 @@ class SharedQueueDataset(IterableDataset[T]):
         wait_for_others: wait for units other learners hold, and take over those of
             learners that die, instead of ending the epoch when no unit is free (see the
             module docstring for when that is safe).
+        epochs: several epochs in each iteration, for example ``range(10)``: one
+            ``for batch in loader`` then runs them all, and they flow (see
+            ``shared_queue(epochs=)``); :meth:`set_epoch` is then not used.
 
     Raises:
         ConfigurationError: a bad argument (checked here, in the training process, not in
@@ -139,6 +143,7 @@ class SharedQueueDataset(IterableDataset[T]):
         lease: float = DEFAULT_LEASE,
         publish_every: float = 5.0,
         wait_for_others: bool = False,
+        epochs: Iterable[int] | None = None,
     ) -> None:
         if not isinstance(units, Mapping):
             raise ConfigurationError(
@@ -153,14 +158,18 @@ class SharedQueueDataset(IterableDataset[T]):
         self.learner_id = validate_segment(
             launcher_learner_id() if learner_id is None else learner_id, "learner id"
         )
-        self.prefetch = positive(prefetch, "prefetch", integer=True)
-        self.order = order
-        self.shuffle = shuffle
-        self.lease = lease_seconds(lease)
         self.publish_every = float(positive(publish_every, "publish_every"))
         if not isinstance(wait_for_others, bool):
             raise ConfigurationError(f"wait_for_others must be True or False: {wait_for_others!r}")
-        self.wait_for_others = wait_for_others
+        passes = None if epochs is None else tuple(check_epochs(epochs, 0))
+        self.options = _QueueOptions(
+            positive(prefetch, "prefetch", integer=True),
+            order,
+            shuffle,
+            lease_seconds(lease),
+            wait_for_others,
+            passes,
+        )
         # Shared memory: workers started before set_epoch (persistent_workers) read it too.
         self._epoch: Any = RawValue("q", 0)
         self._worker_box: tuple[int, Mailbox] | None = None
@@ -182,6 +191,14 @@ class SharedQueueDataset(IterableDataset[T]):
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ConfigurationError(f"epoch must be an int >= 0, not {epoch!r}")
+        if self.options.epochs is not None:
+            warnings.warn(
+                f"SharedQueueDataset.set_epoch({epoch}) has no effect: this dataset runs "
+                f"epochs {self.options.epochs[0]}..{self.options.epochs[-1]} in each iteration "
+                "(epochs=); drop set_epoch, or drop epochs= to run one epoch per iteration",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._epoch.value = epoch
 
     # -- iterating ----------------------------------------------------------------------------
@@ -223,19 +240,21 @@ class SharedQueueDataset(IterableDataset[T]):
         if session is None:
             session = Session(mailbox, learner, publish_every=self.publish_every)
             session.__enter__()
+        options = self.options
+        passes = {"epoch": epoch} if options.epochs is None else {"epochs": options.epochs}
         try:
             with shared_queue(
                 self.units,
                 mailbox=mailbox,
                 learner_id=learner,
                 load=self.load,
-                prefetch=self.prefetch,
-                order=self.order,
-                shuffle=self.shuffle,
-                epoch=epoch,
-                lease=self.lease,
+                prefetch=options.prefetch,
+                order=options.order,
+                shuffle=options.shuffle,
+                lease=options.lease,
                 session=session,
-                wait_for_others=self.wait_for_others,
+                wait_for_others=options.wait_for_others,
+                **passes,
             ) as items:
                 for item in items:
                     if own:
@@ -257,6 +276,16 @@ class SharedQueueDataset(IterableDataset[T]):
 
     def _warn_if_complete(self, mailbox: Mailbox, epoch: int, done_before: int) -> None:
         """Say so when this iteration's epoch was complete before it began: it yielded nothing."""
+        if self.options.epochs is not None:
+            if done_before >= len(self.units) * len(self.options.epochs):
+                warnings.warn(
+                    f"SharedQueueDataset: every epoch of {list(self.options.epochs)} at "
+                    f"{redact(mailbox.url)} was already complete, so this iteration yielded "
+                    "nothing; give the next epochs (epochs=range(k, n)) or a new URL",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return
         if done_before < len(self.units):
             return
         warnings.warn(
@@ -287,6 +316,19 @@ class SharedQueueDataset(IterableDataset[T]):
             f"<SharedQueueDataset {len(self.units)} units, learner {self.learner_id!r}, "
             f"epoch {self.epoch}, mailbox {redact(self.mailbox.url)!r}>"
         )
+
+
+@dataclass(frozen=True)
+class _QueueOptions:
+    """What each worker passes to ``shared_queue``, besides the units and the epoch."""
+
+    prefetch: int
+    order: Sequence[str] | None
+    shuffle: int | None
+    lease: float
+    wait_for_others: bool
+    #: Several epochs per iteration, or ``None`` for the one ``set_epoch`` names.
+    epochs: tuple[int, ...] | None
 
 
 def _distributed_world_size() -> int:

@@ -98,3 +98,27 @@ def test_each_learners_epoch_and_the_units_done_in_each_epoch_are_shown(
     doc = json.loads(capsys.readouterr().out)
     assert doc["done_per_epoch"] == {"0": 4, "1": 2}
     assert doc["learners"][0]["epoch"] == 1
+
+
+def test_a_learner_working_in_two_flowing_epochs_shows_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """While its epochs flow, a learner's lease names the two it works in: the table shows
+    ``0+1`` and the JSON both, beside ``epoch``, the oldest."""
+    url = f"file://{tmp_path}"
+    run_epoch(url, 0)
+    box = from_url(url)
+    with shared_queue(
+        UNITS, mailbox=box, learner_id="b", load=lambda u: [u], epochs=range(1, 3)
+    ) as q:
+        next(q)
+        q._lease.retarget(epoch=1, epochs=[1, 2])  # as when epoch 1 has nothing left free
+        status = read_status(box)
+        (row,) = [r for r in status.learners if r["learner"] == "b"]
+        assert row["epoch"] == 1
+        assert row["epochs"] == [1, 2]
+        assert " 1+2 " in format_status(status)
+        assert main(["status", url, "--json"]) in (0, 1)
+        doc = json.loads(capsys.readouterr().out)
+        (entry,) = [e for e in doc["learners"] if e["learner"] == "b"]
+        assert entry["epochs"] == [1, 2]

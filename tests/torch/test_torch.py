@@ -257,3 +257,27 @@ def test_iterating_a_complete_epoch_again_without_set_epoch_warns(rig_file: Rig)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert epoch_items(loader) == EVERY_ITEM
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_epochs_flow_in_one_iteration_of_the_loader_each_unit_once_per_epoch(
+    rig_file: Rig, workers: int
+) -> None:
+    """``epochs=range(3)``: one ``for batch in loader`` runs the three epochs; every unit
+    is done once in each, and a second iteration, with nothing left, warns."""
+    box = rig_file.fresh()
+    dataset = SharedQueueDataset(UNITS, mailbox=box, load=load, epochs=range(3), shuffle=7)
+    loader = loader_for(dataset, workers)
+    items = epoch_items(loader)
+    assert items == Counter(dict.fromkeys(EVERY_ITEM, 3))
+    for epoch in range(3):
+        assert read_status(box, epoch=epoch).complete, epoch
+    with pytest.warns(RuntimeWarning, match="already complete"):
+        assert epoch_items(loader_for(dataset, 0)) == Counter()
+    with pytest.warns(RuntimeWarning, match="no effect"):
+        dataset.set_epoch(4)
+
+
+def test_bad_epochs_are_refused_in_the_training_process(rig_file: Rig) -> None:
+    with pytest.raises(ConfigurationError, match="increase"):
+        SharedQueueDataset(UNITS, mailbox=rig_file.fresh(), load=load, epochs=[1, 0])

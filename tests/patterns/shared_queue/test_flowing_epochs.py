@@ -423,3 +423,17 @@ def test_a_unit_taken_back_in_the_older_epoch_is_delivered_before_the_newer_epoc
         got.extend(q)
     assert sorted(got) == [0, 0, 0, 0, 1, 1, 1, 1]
     assert_each_epoch_complete_once(box, 2, 2)
+
+
+def test_the_next_epoch_opens_only_once_no_unit_of_the_open_one_is_free(rig_memory: Rig) -> None:
+    box = rig_memory.fresh()
+    with shared_queue(
+        units_of(20), mailbox=box, learner_id="a", load=lambda u: [u], epochs=range(2), prefetch=2
+    ) as q:
+        next(q)
+        assert len(list(box.list(RunLayout(0).units))) < 20, "epoch 0 still has free units"
+        lease = decode_record(box.get("leases/a")) or {}
+        assert lease["epochs"] == [0], "epoch 1 is not open yet"
+        assert len(q._open) == 1
+        assert len(list(q)) == 39
+    assert_each_epoch_complete_once(box, 20, 2)

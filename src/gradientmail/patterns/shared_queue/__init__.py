@@ -52,9 +52,10 @@ Guarantees
       keeps watching k's learners, takes over a dead one's units of k, and delivers items
       of k before those of k+1. Each unit is still done exactly once per epoch; a unit of
       k+1 may start before the last of k has ended; a learner never runs more than one
-      epoch ahead of the oldest epoch with a unit in progress (or one it left unfinished
-      with ``wait_for_others=False``). While two epochs are open each has its own
-      ``prefetch`` buffer.
+      epoch ahead of the oldest epoch with a unit in progress. With
+      ``wait_for_others=False`` it leaves each epoch as soon as none of its units is free
+      (the others finish theirs), so it goes on as far as units are free. While two epochs
+      are open each has its own ``prefetch`` buffer.
     * **Prefetch bound.** A background thread claims units and runs ``load(unit)``. It pulls
       an item only when fewer than ``prefetch`` items are buffered, and claims the next unit
       only then too.
@@ -80,7 +81,6 @@ wait for data, to a :class:`~gradientmail.session.Session` (``session=``, or the
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -101,7 +101,7 @@ from gradientmail.patterns._progress import (
 from gradientmail.patterns._run_layout import MANIFEST_KEY, UNITS_PREFIX
 from gradientmail.patterns.shared_queue._consumer import SharedQueue
 from gradientmail.patterns.shared_queue._epoch import Setup
-from gradientmail.patterns.shared_queue._policy.preference import preference_order
+from gradientmail.patterns.shared_queue._policy.preference import check_epochs, preference_order
 from gradientmail.patterns.shared_queue._stats import QueueStats
 
 __all__ = [
@@ -142,26 +142,6 @@ def _check_arguments(
         raise ConfigurationError(f"epoch must be an int >= 0, not {epoch!r}")
     if shuffle is not None and (isinstance(shuffle, bool) or not isinstance(shuffle, int)):
         raise ConfigurationError(f"shuffle must be an int seed or None, not {shuffle!r}")
-
-
-def _check_epochs(epochs: object, epoch: object) -> list[int]:
-    if epoch != 0:
-        raise ConfigurationError(
-            f"give epoch= or epochs=, not both (epoch={epoch!r}, epochs={epochs!r}); "
-            "epochs=range(k, n) starts at epoch k"
-        )
-    if isinstance(epochs, (str, bytes)) or not isinstance(epochs, Iterable):
-        raise ConfigurationError(
-            f"epochs must be an iterable of ints >= 0 such as range(10), not {epochs!r}"
-        )
-    passes = list(epochs)
-    if not passes or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in passes):
-        raise ConfigurationError(
-            f"epochs must be a non-empty iterable of ints >= 0 such as range(10), not {epochs!r}"
-        )
-    if any(later <= earlier for earlier, later in itertools.pairwise(passes)):
-        raise ConfigurationError(f"epochs must increase, each once: {passes!r}")
-    return passes
 
 
 @contextmanager
@@ -220,7 +200,7 @@ def shared_queue(
         LeaseLostError: from iteration, when this learner's units were taken over.
     """
     _check_arguments(units, mailbox, load, epoch, shuffle)
-    passes = [epoch] if epochs is None else _check_epochs(epochs, epoch)
+    passes = [epoch] if epochs is None else check_epochs(epochs, epoch)
     validate_segment(learner_id, "learner id")
     positive(prefetch, "prefetch", integer=True)
     lease = lease_seconds(lease)

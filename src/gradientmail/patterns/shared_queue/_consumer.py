@@ -10,8 +10,11 @@ is free (the rest are in progress elsewhere) it opens the next one beside it, an
 that epoch's units while it still watches the older one and takes over a dead learner's
 units there. Items of the older epoch always come first. A third epoch opens only once the
 oldest has ended, so a learner is never more than one epoch ahead of the oldest unit in
-progress. The lease names the open epochs (``epochs``; ``epoch`` is the oldest), so the
-other learners of each epoch count this one as working there.
+progress. A learner that does not wait for others (``wait_for_others=False``, or without
+compare-and-swap) leaves an epoch as soon as none of its units is free, and so goes on
+through the epochs as far as units are free. The lease names the open epochs (``epochs``;
+``epoch`` is the oldest), so the other learners of each epoch count this one as working
+there.
 """
 
 from __future__ import annotations
@@ -61,8 +64,8 @@ class SharedQueue(Generic[T]):
         self._pending = deque(epochs)
         #: Each epoch's place in the order this learner goes through them.
         self._position = {epoch: place for place, (epoch, _) in enumerate(epochs)}
-        #: The place of the first epoch this learner left unfinished, if any.
-        self._unfinished: int | None = None
+        #: Whether this learner left an epoch while others held units of it.
+        self._unfinished = False
         self._lease = Lease(
             setup.mailbox,
             LEASES_PREFIX + setup.learner_id,
@@ -121,7 +124,7 @@ class SharedQueue(Generic[T]):
                 continue
             if not self._open:
                 self._state.exhausted = True
-                self.stats.run_complete = self._unfinished is None and not self._pending
+                self.stats.run_complete = not self._unfinished and not self._pending
                 raise StopIteration
             waited = bell.wait(seen)
             if waited:
@@ -131,15 +134,9 @@ class SharedQueue(Generic[T]):
 
     def _may_open(self) -> bool:
         """Whether to open the next epoch now: when none is open, or when no unit of the
-        open one is free; never more than one epoch after the oldest that is open or was
-        left unfinished by this learner."""
-        if not self._pending:
-            return False
+        open one is free; never more than one epoch after the oldest one open."""
         following = self._position[self._pending[0][0]]
-        behind = [self._position[run.epoch] for run in self._open]
-        if self._unfinished is not None:
-            behind.append(self._unfinished)
-        if behind and following - min(behind) > 1:
+        if self._open and following - self._position[self._open[0].epoch] > 1:
             return False
         return all(run.dry.is_set() for run in self._open)
 
@@ -165,11 +162,9 @@ class SharedQueue(Generic[T]):
         self._open.remove(run)
         run.close()
         if not run.complete:
-            # Left while others held units (or claims are permanent): at most the epoch
-            # after it may still open.
-            position = self._position[run.epoch]
-            if self._unfinished is None or position < self._unfinished:
-                self._unfinished = position
+            # Left while others held units (wait_for_others=False, or claims are permanent):
+            # they finish them; this learner goes on, so the run is not complete for it.
+            self._unfinished = True
         if self._open:
             self._name_epochs()
 
