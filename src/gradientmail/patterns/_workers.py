@@ -133,9 +133,9 @@ class Bell:
 
     @property
     def rings(self) -> int:
-        """How many times the bell has rung."""
-        with self._changed:
-            return self._rings
+        """How many times the bell has rung (read without the lock: an int read is atomic,
+        and a stale count only makes :meth:`wait` return at once, to look again)."""
+        return self._rings
 
     def ring(self) -> None:
         """Wake the consumer."""

@@ -94,43 +94,42 @@ class SharedQueue(Generic[T]):
         state = self._state
         if state.done:
             raise StopIteration
+        bell = self._bell
         try:
-            return self._next()
+            while True:
+                seen = bell.rings  # before looking: a ring after this is never missed
+                if self._pending and self._may_open():
+                    # Checked at every item, so the next epoch's loader prefetches while the
+                    # consumer trains the older epoch's last buffered items.
+                    self._open_next()
+                ended = None
+                for run in self._open:  # the oldest epoch first
+                    try:
+                        item = run.take()
+                    except StopIteration:
+                        ended = run
+                        break
+                    if item is not EMPTY:
+                        self.epoch = run.epoch
+                        self.stats.items_delivered += 1
+                        return item  # type: ignore[return-value]  # not EMPTY: an item
+                if ended is not None:
+                    self._ended(ended)
+                    continue
+                if not self._open:
+                    state.exhausted = True
+                    self.stats.run_complete = not self._unfinished and not self._pending
+                    raise StopIteration
+                self._waited(bell.wait(seen))
         except BaseException:
             state.done = True
             raise
 
-    def _next(self) -> T:
-        bell = self._bell
-        while True:
-            seen = bell.rings  # before looking: a ring after this is never missed
-            if self._pending and self._may_open():
-                # Checked at every item, so the next epoch's loader prefetches while the
-                # consumer trains the older epoch's last buffered items.
-                self._open_next()
-            ended = None
-            for run in self._open:  # the oldest epoch first
-                try:
-                    item = run.take()
-                except StopIteration:
-                    ended = run
-                    break
-                if item is not EMPTY:
-                    self.epoch = run.epoch
-                    self.stats.items_delivered += 1
-                    return item  # type: ignore[return-value]  # not EMPTY: an item
-            if ended is not None:
-                self._ended(ended)
-                continue
-            if not self._open:
-                self._state.exhausted = True
-                self.stats.run_complete = not self._unfinished and not self._pending
-                raise StopIteration
-            waited = bell.wait(seen)
-            if waited:
-                self.stats.wait_s += waited
-                if self._setup.reporter is not None:
-                    self._setup.reporter.data_waited(waited)
+    def _waited(self, seconds: float) -> None:
+        if seconds:
+            self.stats.wait_s += seconds
+            if self._setup.reporter is not None:
+                self._setup.reporter.data_waited(seconds)
 
     def _may_open(self) -> bool:
         """Whether to open the next epoch now: when none is open, or when no unit of the

@@ -152,16 +152,16 @@ class EpochRun(Generic[T]):
             WorkerError: the loader or a completion failed.
         """
         parts = self._parts
-        reporter = self.setup.reporter
+        get = self._buffer.get
         while True:
             if parts.recorder.error is not None:  # per item: kept cheap
                 raise parts.recorder.error
-            entry, _ = self._buffer.get(block=False)
-            if entry is EMPTY:
-                return EMPTY
+            entry, _ = get(block=False)
             if not isinstance(entry, Control):
-                self.lease.ensure_fresh()  # never deliver an item of a unit we may have lost
+                if entry is not EMPTY:
+                    self.lease.ensure_fresh()  # never deliver an item of a unit we may have lost
                 return entry
+            reporter = self.setup.reporter
             if isinstance(entry, UnitStart):
                 if reporter is not None:
                     reporter.unit_started(entry.held.identifier)
