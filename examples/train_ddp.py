@@ -31,10 +31,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader
 
 import gradientmail
-from gradientmail.torch import SharedQueueDataset
+from gradientmail.torch import SharedQueueDataset, SharedQueueLoader
 
 
 def load_shard(index: int) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
@@ -74,7 +73,7 @@ def main() -> None:
     shards = {f"shard-{i:03d}": i for i in range(args.shards)}
     # A small prefetch: at the end of an epoch the ranks differ by what they claimed ahead.
     dataset = SharedQueueDataset(shards, mailbox=box, load=load_shard, shuffle=0, prefetch=2)
-    loader = DataLoader(dataset, batch_size=None, num_workers=args.workers)
+    loader = SharedQueueLoader(dataset, batch_size=None, num_workers=args.workers)
     torch.manual_seed(0)  # the same initial model on every rank
     model = DistributedDataParallel(nn.Linear(8, 1))
     # Plain SGD keeps no state, so a rank that joined early, and skipped the last steps,

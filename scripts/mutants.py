@@ -1293,6 +1293,57 @@ MUTANTS: tuple[Mutant, ...] = (
         "a resume with the same identifiers but other unit values is accepted: old and new "
         "data mix in one run",
     ),
+    Mutant(
+        "completion-ignores-the-gate",
+        "patterns/shared_queue/_recorder.py",
+        (("        if gate is not None and not gate.wait(mark):", "        if False:"),),
+        ("tests/torch/test_loader.py",),
+        "a DataLoader worker records a unit done as its generator passes the last item, "
+        "while that batch may still be dropped by torch: a break loses items",
+    ),
+    Mutant(
+        "gate-opens-for-a-new-iteration",
+        "_torch_data/acks.py",
+        (
+            (
+                "            if taken is None:\n                return False",
+                "            if taken is None:\n                return True",
+            ),
+        ),
+        ("tests/torch/test_loader.py::test_a_break_then_finishing_the_epoch_delivers_every_item",),
+        "units whose batches torch dropped at a break are recorded done once the next "
+        "iteration begins",
+    ),
+    Mutant(
+        "loop-end-does-not-wait-for-the-workers",
+        "_torch_data/acks.py",
+        (("        self.seal(generation)\n        began", "        return []\n        began"),),
+        ("tests/torch/test_loader.py",),
+        "a loop that ran to its end returns before the workers recorded their last units: "
+        "status reads the epoch incomplete, and set_epoch abandons them",
+    ),
+    Mutant(
+        "gated-epoch-end-keeps-undone-units",
+        "patterns/shared_queue/_epoch.py",
+        (("        if not self._ended or self.gated:", "        if not self._ended:"),),
+        (
+            "tests/torch/test_loader.py::test_drop_last_leaves_the_dropped_items_units_undone_and_says_so",
+        ),
+        "units whose items torch dropped stay claimed by a worker that has left, instead "
+        "of being released for the next iteration",
+    ),
+    Mutant(
+        "loop-tells-nothing-when-it-asks",
+        "_torch_data/loader.py",
+        (
+            (
+                "            self._board.took(pending[0], pending[1], self._generation)",
+                "            pass",
+            ),
+        ),
+        ("tests/torch/test_loader.py",),
+        "the loop never says which batches it took: no unit is ever recorded done",
+    ),
 )
 
 

@@ -169,6 +169,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Exchange",
         "ExchangeStats",
         "SharedQueueDataset",
+        "SharedQueueLoader",
         "load_shared",
     ],
 }

@@ -24,7 +24,7 @@ from gradientmail.patterns._leases import Lease  # noqa: E402
 from gradientmail.patterns._run_layout import RunLayout  # noqa: E402
 from gradientmail.patterns.shared_queue._unit_claims import UnitClaims  # noqa: E402
 from gradientmail.status import read_status  # noqa: E402
-from gradientmail.torch import SharedQueueDataset  # noqa: E402
+from gradientmail.torch import SharedQueueDataset, SharedQueueLoader  # noqa: E402
 from tests.support.rigs import Rig  # noqa: E402
 
 UNITS = {f"u{i:02d}": i for i in range(12)}
@@ -72,7 +72,7 @@ def epoch_items(loader: DataLoader[Any]) -> Counter[tuple[int, int]]:
 def loader_for(dataset: SharedQueueDataset[Any], workers: int, **options: Any) -> DataLoader[Any]:
     if workers:
         options.setdefault("persistent_workers", True)
-    return DataLoader(dataset, batch_size=None, num_workers=workers, **options)
+    return SharedQueueLoader(dataset, batch_size=None, num_workers=workers, **options)
 
 
 @pytest.mark.parametrize("workers", [0, 2, 4])
@@ -120,7 +120,7 @@ def test_workers_of_two_ranks_share_one_epoch(rig_file: Rig) -> None:
 
 def test_batches_are_collated_and_pinned(rig_file: Rig) -> None:
     dataset = SharedQueueDataset(UNITS, mailbox=rig_file.fresh(), load=load_tensors)
-    loader = DataLoader(dataset, batch_size=4, num_workers=2, pin_memory=True)
+    loader = SharedQueueLoader(dataset, batch_size=4, num_workers=2, pin_memory=True)
     rows = [tuple(row.tolist()) for batch in loader for row in batch]
     assert Counter(rows) == EVERY_ITEM
 
@@ -174,7 +174,7 @@ def test_leaving_early_releases_the_units_and_the_epoch_can_be_finished(rig_file
 
 def test_spawned_workers_see_set_epoch(rig_file: Rig) -> None:
     dataset = SharedQueueDataset(UNITS, mailbox=rig_file.fresh(), load=load, learner_id="s")
-    loader = DataLoader(
+    loader = SharedQueueLoader(
         dataset,
         batch_size=None,
         num_workers=1,

@@ -20,15 +20,17 @@ there.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
-from collections.abc import Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from gradientmail._errors import BackendError, LeaseLostError
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._run_layout import LEASES_PREFIX, check_manifest
 from gradientmail.patterns._workers import Bell
 from gradientmail.patterns.shared_queue._epoch import EMPTY, EpochRun, Setup
+from gradientmail.patterns.shared_queue._recorder import CompletionGate
 from gradientmail.patterns.shared_queue._stats import QueueStats
 
 __all__ = ["SharedQueue"]
@@ -139,6 +141,17 @@ class SharedQueue(Generic[T]):
             return False
         return all(run.dry.is_set() for run in self._open)
 
+    def hold_completions(self, gate: CompletionGate, slack: int) -> None:
+        """Record each unit done only once ``gate`` opens for it, in every epoch; call it
+        before the first item. Then the last completions are recorded by :meth:`close`,
+        which waits for the gate, and raises the first failure recording one.
+
+        ``slack``: the most units whose items may wait downstream for the gate.
+        """
+        self._state.gate = (gate, slack)
+        for run in self._open:
+            run.hold_completions(gate, slack)
+
     def _open_next(self) -> None:
         """Open the next pending epoch, and say so in the lease."""
         epoch, identifiers = self._pending.popleft()
@@ -152,14 +165,20 @@ class SharedQueue(Generic[T]):
         run: EpochRun[T] = EpochRun(
             self._setup, epoch, identifiers, lease=self._lease, stats=self.stats, bell=self._bell
         )
+        if self._state.gate is not None:
+            run.hold_completions(*self._state.gate)
         self._open.append(run)
         self._name_epochs()
         run.start()
 
     def _ended(self, run: EpochRun[T]) -> None:
-        """An epoch ended: close it; go on with the others."""
+        """An epoch ended: close it (a gated one later, by :meth:`close`: its last
+        completions wait for items downstream); go on with the others."""
         self._open.remove(run)
-        run.close()
+        if run.gated:
+            self._state.ended.append(run)
+        else:
+            run.close()
         if not run.complete:
             # Left while others held units (wait_for_others=False, or claims are permanent):
             # they finish them; this learner goes on, so the run is not complete for it.
@@ -191,37 +210,79 @@ class SharedQueue(Generic[T]):
         the end (not exhausted), it releases every unit it holds that is not done, so other
         learners take them at once. Store errors while releasing are kept in
         :attr:`release_error`: the units then come back when the lease expires.
+
+        Raises:
+            WorkerError: (gated, after the last item) recording a last completion failed.
+            LeaseLostError: (gated, after the last item) a unit was taken over before its
+                completion could be recorded.
         """
         state = self._state
         if state.closed:
             return
         state.closed = state.done = True
+        self._close()
+
+    def close_in_background(
+        self, closed: Callable[[BaseException | None], None]
+    ) -> threading.Thread:
+        """:meth:`close` in a new non-daemon thread, returned started, which then calls
+        ``closed`` with what close raised (``None``: nothing). From now on :meth:`close`
+        returns at once. For a gated queue, whose consumer must return before its last
+        completions can be recorded."""
+        state = self._state
+        state.closed = state.done = True
+
+        def run() -> None:
+            try:
+                self._close()
+            except BaseException as exc:  # noqa: BLE001 - handed to ``closed``
+                closed(exc)
+            else:
+                closed(None)
+
+        thread = threading.Thread(
+            target=run, name=f"gradientmail-close-{self.learner_id}", daemon=False
+        )
+        thread.start()
+        return thread
+
+    def _close(self) -> None:
+        state = self._state
         fenced = False
         error: BackendError | None = None
-        for run in self._open:
+        runs = [*state.ended, *self._open]
+        for run in runs:
             try:
                 fenced = run.close() or fenced
             except BackendError as exc:
                 error = error or exc
         self._open.clear()
+        state.ended.clear()
         self.stats.lease_renewals = self._lease.renewals
+        failed = next((run.error for run in runs if run.gated and run.error is not None), None)
         if fenced or self._lease.lost:
             self._lease.end()  # stops renewing; a lost lease is left as it was written
-            return
-        try:
-            self._lease.end("finished" if state.exhausted else "released")
-        except BackendError as exc:
-            error = error or exc
-        self.release_error = error
+        else:
+            try:
+                self._lease.end("finished" if state.exhausted and failed is None else "released")
+            except BackendError as exc:
+                error = error or exc
+            self.release_error = error
+        if failed is not None and state.exhausted:
+            raise failed  # a gated queue's last completion failed (taken over, or the store)
 
 
 class _State:
     """Where the consumer is: iterating, done (no more items), exhausted (every epoch
     ended, not left early), closed."""
 
-    __slots__ = ("closed", "done", "exhausted")
+    __slots__ = ("closed", "done", "ended", "exhausted", "gate")
 
     def __init__(self) -> None:
         self.done = False
         self.exhausted = False
         self.closed = False
+        #: Ended epochs whose last completions wait for the gate, closed by ``close``.
+        self.ended: list[EpochRun[Any]] = []
+        #: The completion gate and its slack, once ``hold_completions`` was called.
+        self.gate: tuple[CompletionGate, int] | None = None

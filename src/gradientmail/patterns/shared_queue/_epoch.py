@@ -35,7 +35,7 @@ from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue._holdings import Holdings
 from gradientmail.patterns.shared_queue._loader import ClaimLoop
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
-from gradientmail.patterns.shared_queue._recorder import CompletionRecorder
+from gradientmail.patterns.shared_queue._recorder import CompletionGate, CompletionRecorder
 from gradientmail.patterns.shared_queue._stats import QueueStats
 from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 
@@ -130,6 +130,26 @@ class EpochRun(Generic[T]):
         )
         return _Parts(loop, claims, loader, recorder)
 
+    def hold_completions(self, gate: CompletionGate, slack: int) -> None:
+        """Record each completion only once ``gate`` opens for it (before the first item).
+
+        ``slack``: the most units whose items may wait downstream for the gate; the loader
+        may hold that many more units, so that waiting completions never stall it.
+        """
+        self._parts.recorder.gate = gate
+        self._parts.loop.held_limit += slack
+
+    @property
+    def error(self) -> BaseException | None:
+        """The first failure recording a completion (a gated run's last ones are recorded
+        by :meth:`close`, so this is where they are seen)."""
+        return self._parts.recorder.error
+
+    @property
+    def gated(self) -> bool:
+        """Whether completions wait for a gate (then :meth:`close` may wait for it)."""
+        return self._parts.recorder.gate is not None
+
     def start(self) -> None:
         """Start the loader and the recorder threads."""
         self._parts.loader.start()
@@ -177,9 +197,12 @@ class EpochRun(Generic[T]):
             elif isinstance(entry, Failed):
                 entry.carried.reraise(self.worker, entry.context)
             else:  # Exhausted: the loader found the epoch over
-                parts.recorder.flush()
-                if parts.recorder.error is not None:
-                    raise parts.recorder.error
+                if not self.gated:
+                    # Gated completions wait for items still downstream, which may wait for
+                    # this very call to return: close() records them.
+                    parts.recorder.flush()
+                    if parts.recorder.error is not None:
+                        raise parts.recorder.error
                 self._ended = True
                 self.complete = parts.claims.cas and not parts.loop.others_unfinished
                 raise StopIteration
@@ -199,7 +222,8 @@ class EpochRun(Generic[T]):
         parts.recorder.stop()
         if self.lease.lost or isinstance(parts.recorder.error, LeaseLostError):
             return True
-        if not self._ended:
+        if not self._ended or self.gated:
+            # Ended, a gated run may still hold units whose items were dropped downstream.
             self._release_held()
         return False
 

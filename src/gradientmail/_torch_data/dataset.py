@@ -1,0 +1,381 @@
+"""``SharedQueueDataset``: a ``shared_queue`` per DataLoader worker, as an ``IterableDataset``.
+
+The public door is :mod:`gradientmail.torch`, whose docstring states the guarantees. In a
+worker of a :class:`~gradientmail.torch.SharedQueueLoader` the worker's queue records a unit
+done only once the training loop took the batch holding the unit's last item (see
+:mod:`gradientmail._torch_data.acks`); a plain DataLoader with workers is refused, since
+there nobody could tell.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from multiprocessing import RawValue
+from multiprocessing import context as _mp_context
+from typing import Any, TypeVar
+
+import torch.distributed
+from torch.utils.data import IterableDataset, get_worker_info
+
+from gradientmail._errors import ConfigurationError
+from gradientmail._identity import learner_id as launcher_learner_id
+from gradientmail._keys import validate_segment
+from gradientmail._torch_data.acks import AckBoard, WorkerGate, current_gate
+from gradientmail.backends._options import lease_seconds, positive, redact
+from gradientmail.mailbox import Capability, Mailbox
+from gradientmail.patterns._progress import pop_reporter
+from gradientmail.patterns.shared_queue import DEFAULT_LEASE, SharedQueue, shared_queue
+from gradientmail.patterns.shared_queue._policy.preference import check_epochs, preference_order
+from gradientmail.session import Session, active_session
+
+__all__ = ["SharedQueueDataset"]
+
+_log = logging.getLogger("gradientmail.torch")
+
+T = TypeVar("T")
+
+
+class SharedQueueDataset(IterableDataset[T]):
+    """The items of the units this rank's DataLoader workers claim, each unit once per epoch.
+
+    Args:
+        units: identifier -> unit value, the same mapping on every rank (see
+            ``shared_queue``).
+        mailbox: the run's mailbox, shared across processes (``file://``, ``s3://``,
+            ``gs://``, ``az://``).
+        load: ``load(unit)`` returns an iterable of items; it runs in a background thread of
+            each worker (of the training process with ``num_workers=0``).
+        learner_id: this rank's id; :func:`gradientmail.learner_id` when ``None``. Workers
+            append ``-w{worker}``.
+        prefetch: items each worker's loader may be ahead of it (at least 1).
+        order: a preference order over the identifiers (see ``shared_queue``).
+        shuffle: a seed for a per-epoch preference order, the same on every learner.
+        lease: seconds without renewal after which others may take a learner's units.
+        publish_every: seconds between the workers' progress publications.
+        wait_for_others: wait for units other learners hold, and take over those of
+            learners that die, instead of ending the epoch when no unit is free (see the
+            module docstring for when that is safe).
+        epochs: several epochs in each iteration, for example ``range(10)``: one
+            ``for batch in loader`` then runs them all, and they flow (see
+            ``shared_queue(epochs=)``); :meth:`set_epoch` is then not used.
+
+    Raises:
+        ConfigurationError: a bad argument (checked here, in the training process, not in
+            the workers).
+        InvalidKeyError: an identifier or the learner id is not a valid key segment.
+    """
+
+    def __init__(
+        self,
+        units: Mapping[str, Any],
+        *,
+        mailbox: Mailbox,
+        load: Callable[[Any], Iterable[T]],
+        learner_id: str | None = None,
+        prefetch: int = 8,
+        order: Sequence[str] | None = None,
+        shuffle: int | None = None,
+        lease: float = DEFAULT_LEASE,
+        publish_every: float = 5.0,
+        wait_for_others: bool = False,
+        epochs: Iterable[int] | None = None,
+    ) -> None:
+        if not isinstance(units, Mapping):
+            raise ConfigurationError(
+                f"units must be a mapping of identifier -> unit, not {type(units).__name__}"
+            )
+        if not callable(load):
+            raise ConfigurationError(f"load must be callable (unit -> iterable of items): {load!r}")
+        preference_order(units, order, shuffle, 0)  # every identifier and order checked now
+        self.units = units
+        self.mailbox = mailbox
+        self.load = load
+        self.learner_id = validate_segment(
+            launcher_learner_id() if learner_id is None else learner_id, "learner id"
+        )
+        self.publish_every = float(positive(publish_every, "publish_every"))
+        if not isinstance(wait_for_others, bool):
+            raise ConfigurationError(f"wait_for_others must be True or False: {wait_for_others!r}")
+        passes = None if epochs is None else tuple(check_epochs(epochs, 0))
+        self.options = _QueueOptions(
+            positive(prefetch, "prefetch", integer=True),
+            order,
+            shuffle,
+            lease_seconds(lease),
+            wait_for_others,
+            passes,
+        )
+        # Shared memory: workers started before set_epoch (persistent_workers) read it too.
+        self._epoch: Any = RawValue("q", 0)
+        self._worker_box: tuple[int, Mailbox] | None = None
+        #: Set by the SharedQueueLoader that starts the workers: how they learn which
+        #: batches the training loop took.
+        self._board: AckBoard | None = None
+
+    # -- epochs -------------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration delivers."""
+        return int(self._epoch.value)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration (every worker's, persistent ones included) epoch ``epoch``.
+
+        Call it before each epoch's ``for batch in loader``, as with ``DistributedSampler``.
+
+        Raises:
+            ConfigurationError: ``epoch`` is not an int >= 0.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ConfigurationError(f"epoch must be an int >= 0, not {epoch!r}")
+        if self.options.epochs is not None:
+            warnings.warn(
+                f"SharedQueueDataset.set_epoch({epoch}) has no effect: this dataset runs "
+                f"epochs {self.options.epochs[0]}..{self.options.epochs[-1]} in each iteration "
+                "(epochs=); drop set_epoch, or drop epochs= to run one epoch per iteration",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self._epoch.value = epoch
+
+    # -- iterating ----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[T]:
+        """Start this process's learner for the current epoch (checks happen right here)."""
+        info = get_worker_info()
+        if info is None:
+            learner, mailbox = self.learner_id, self.mailbox
+            processes = _distributed_world_size()
+            if processes > 1:
+                self._require_shared(f"in a torch.distributed job of {processes} processes")
+        else:
+            learner = f"{self.learner_id}-w{info.id}"
+            self._require_shared(f"with DataLoader num_workers={info.num_workers}")
+            board = self._board
+            if board is None:
+                raise ConfigurationError(
+                    f"SharedQueueDataset in a plain DataLoader with num_workers="
+                    f"{info.num_workers}: torch drops the batches still in its worker queues "
+                    "when a loop leaves early, and a worker cannot tell them from the ones "
+                    "the loop took, so units would be recorded done with items never "
+                    "trained; use gradientmail.torch.SharedQueueLoader(dataset, ...) with "
+                    "the same arguments as DataLoader (or num_workers=0)"
+                )
+            gate = WorkerGate(board, info.id)
+            return self._deliver_gated(learner, self._own_mailbox(), gate, self.epoch)
+        return self._deliver(learner, mailbox, self.epoch)
+
+    def _require_shared(self, where: str) -> None:
+        if not self.mailbox.supports(Capability.SHARED_ACROSS_PROCESSES):
+            raise ConfigurationError(
+                f"SharedQueueDataset over {redact(self.mailbox.url)} {where}: this mailbox is "
+                "not shared across processes, so each process would get its own copy of the "
+                "store and deliver every unit again; use a shared store (file://, s3://, "
+                "gs://, az://), or num_workers=0 in a single process"
+            )
+
+    def _own_mailbox(self) -> Mailbox:
+        """This worker process's own handle, reopened from the mailbox's URL and options."""
+        pid = os.getpid()
+        if self._worker_box is None or self._worker_box[0] != pid:
+            box: Mailbox = pickle.loads(pickle.dumps(self.mailbox))
+            self._worker_box = (pid, box)
+        return self._worker_box[1]
+
+    def _deliver(self, learner: str, mailbox: Mailbox, epoch: int) -> Iterator[T]:
+        session = active_session(learner)
+        own = session is None
+        if session is None:
+            session = Session(mailbox, learner, publish_every=self.publish_every)
+            session.__enter__()
+        try:
+            with self._queue(learner, mailbox, epoch, session) as items:
+                for item in items:
+                    if own:
+                        session.step(samples=1)
+                    yield item
+                self._warn_if_complete(mailbox, epoch, items.stats.units_done_before)
+        except GeneratorExit:
+            # The loop left early (a break, the DataLoader shutting down): not a failure.
+            # The queue has released this learner's unfinished units.
+            if own:
+                session.__exit__(None, None, None)
+            raise
+        except BaseException as exc:
+            if own:
+                session.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        if own:
+            session.__exit__(None, None, None)
+
+    def _queue(
+        self, learner: str, mailbox: Mailbox, epoch: int, session: Session
+    ) -> AbstractContextManager[SharedQueue[T]]:
+        options = self.options
+        passes = {"epoch": epoch} if options.epochs is None else {"epochs": options.epochs}
+        return shared_queue(
+            self.units,
+            mailbox=mailbox,
+            learner_id=learner,
+            load=self.load,
+            prefetch=options.prefetch,
+            order=options.order,
+            shuffle=options.shuffle,
+            lease=options.lease,
+            session=session,
+            wait_for_others=options.wait_for_others,
+            **passes,
+        )
+
+    def _deliver_gated(
+        self, learner: str, mailbox: Mailbox, gate: WorkerGate, epoch: int
+    ) -> Iterator[T]:
+        """A SharedQueueLoader worker's iteration: each unit is recorded done only once the
+        loop took its last item; the last ones after this generator returned, by a closing
+        thread, since the DataLoader collates the worker's last batch only then."""
+        _Closer.wait_for_previous()
+        current_gate(gate)
+        board, worker, generation = gate.board, gate.worker, gate.generation
+        session = Session(mailbox, learner, publish_every=self.publish_every)
+        session.__enter__()
+        try:
+            with self._queue(learner, mailbox, epoch, session) as items:
+                items.hold_completions(gate, board.slack)
+                try:
+                    for item in items:
+                        session.step(samples=1)
+                        gate.count += 1  # before the yield: the collate reads it after
+                        yield item
+                except BaseException:
+                    gate.abandon()  # the items not taken yet never will be: release them
+                    board.closing(worker, generation)
+                    raise
+                self._warn_if_complete(mailbox, epoch, items.stats.units_done_before)
+                board.closing(worker, generation)
+                pop_reporter(session)  # this thread's; the closer ends the session
+                _Closer.start(items, session, gate)
+        except BaseException as exc:
+            if not _Closer.started(gate):
+                if isinstance(exc, GeneratorExit):  # the loop left early: not a failure
+                    session.__exit__(None, None, None)
+                else:
+                    session.__exit__(type(exc), exc, exc.__traceback__)
+                board.closed(worker, generation, None)
+            raise
+
+    def _warn_if_complete(self, mailbox: Mailbox, epoch: int, done_before: int) -> None:
+        """Say so when this iteration's epoch was complete before it began: it yielded nothing."""
+        if self.options.epochs is not None:
+            if done_before >= len(self.units) * len(self.options.epochs):
+                warnings.warn(
+                    f"SharedQueueDataset: every epoch of {list(self.options.epochs)} at "
+                    f"{redact(mailbox.url)} was already complete, so this iteration yielded "
+                    "nothing; give the next epochs (epochs=range(k, n)) or a new URL",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return
+        if done_before < len(self.units):
+            return
+        warnings.warn(
+            f"SharedQueueDataset: epoch {epoch} at {redact(mailbox.url)} was already complete, "
+            "so this iteration yielded nothing; call dataset.set_epoch(k) with the next epoch "
+            "before each epoch's loop (as with DistributedSampler)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+    # -- pickling (spawned workers, copies) ---------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_worker_box"] = None
+        if _mp_context.get_spawning_popen() is None:
+            # A copy, not a worker being started: shared memory only travels to children.
+            state["_epoch"] = self.epoch
+            state["_board"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state["_epoch"], int):
+            state["_epoch"] = RawValue("q", state["_epoch"])
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return (
+            f"<SharedQueueDataset {len(self.units)} units, learner {self.learner_id!r}, "
+            f"epoch {self.epoch}, mailbox {redact(self.mailbox.url)!r}>"
+        )
+
+
+@dataclass(frozen=True)
+class _QueueOptions:
+    """What each worker passes to ``shared_queue``, besides the units and the epoch."""
+
+    prefetch: int
+    order: Sequence[str] | None
+    shuffle: int | None
+    lease: float
+    wait_for_others: bool
+    #: Several epochs per iteration, or ``None`` for the one ``set_epoch`` names.
+    epochs: tuple[int, ...] | None
+
+
+def _distributed_world_size() -> int:
+    """Processes in the ``torch.distributed`` job (1 when there is none)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_world_size())
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+class _Closer:
+    """The thread that closes a worker's queue after its generator returned (one per
+    worker process at a time): it records the last completions once the loop took their
+    items, ends the session, and says so on the board."""
+
+    _thread: threading.Thread | None = None
+    _gate: WorkerGate | None = None
+
+    @classmethod
+    def start(cls, items: SharedQueue[Any], session: Session, gate: WorkerGate) -> None:
+        def closed(error: BaseException | None) -> None:
+            try:
+                if error is None:
+                    session.__exit__(None, None, None)
+                else:
+                    session.__exit__(type(error), error, error.__traceback__)
+            except BaseException as exc:  # noqa: BLE001 - said on the board below
+                error = error or exc
+            message = None
+            if error is not None:
+                message = f"{type(error).__name__}: {error}"
+                _log.error(
+                    "learner %r could not finish its iteration: %s", items.learner_id, message
+                )
+            gate.board.closed(gate.worker, gate.generation, message)
+
+        cls._gate = gate
+        cls._thread = items.close_in_background(closed)
+
+    @classmethod
+    def started(cls, gate: WorkerGate) -> bool:
+        return cls._gate is gate
+
+    @classmethod
+    def wait_for_previous(cls) -> None:
+        """Before a new iteration in this worker: the previous one's queue is closed (its
+        lease ended), so the new one, under the same learner id, need not wait for it."""
+        if cls._thread is not None:
+            cls._thread.join()
+            cls._thread = None

@@ -1,0 +1,130 @@
+"""``SharedQueueLoader``: a unit is recorded done only once the loop took its last item.
+
+torch drops the batches still in its worker queues when a loop leaves early. Each test
+checks what a user relies on: leaving an epoch early and finishing it later delivers every
+item, every unit recorded done had all its items taken by the loop, and a plain DataLoader
+with workers, which cannot give that promise, is refused.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader  # noqa: E402 - after the importorskip above
+
+from gradientmail import ConfigurationError, Mailbox  # noqa: E402
+from gradientmail.patterns._run_layout import RunLayout  # noqa: E402
+from gradientmail.status import read_status  # noqa: E402
+from gradientmail.torch import SharedQueueDataset, SharedQueueLoader  # noqa: E402
+from tests.support.rigs import Rig  # noqa: E402
+
+SHARDS = {f"s{i:02d}": i for i in range(12)}
+ITEMS = 4
+EVERY_ITEM = {unit * 10 + k for unit in SHARDS.values() for k in range(ITEMS)}
+
+
+@pytest.fixture(autouse=True)
+def collect_loaders() -> Iterator[None]:
+    yield
+    gc.collect()
+
+
+def load(unit: int) -> Iterator[int]:
+    for k in range(ITEMS):
+        yield unit * 10 + k
+
+
+def done_units(box: Mailbox) -> set[int]:
+    prefix = RunLayout(0).done
+    return {SHARDS[key[len(prefix) :]] for key in box.list(prefix)}
+
+
+def assert_done_units_were_taken(box: Mailbox, taken: Counter[int]) -> None:
+    """The promise: every unit recorded done had every one of its items taken by the loop."""
+    for unit in done_units(box):
+        missing = [unit * 10 + k for k in range(ITEMS) if taken[unit * 10 + k] == 0]
+        assert not missing, f"unit {unit} is recorded done, but items {missing} never arrived"
+
+
+def taken_from(batches: Any) -> Counter[int]:
+    return Counter(int(x) for batch in batches for x in batch)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_break_then_finishing_the_epoch_delivers_every_item(
+    rig_file: Rig, persistent: bool
+) -> None:
+    """The newcomer's case: 12 shards x 4 items, batches of 2, two workers, a break after 5
+    batches, then the same epoch again. Before, 46 of 48 items arrived while status said
+    12 of 12 done: the units of batches torch dropped had been recorded done. Which batches
+    torch holds at the break varies from run to run, so five runs."""
+    for _ in range(5):
+        box = rig_file.fresh()
+        dataset = SharedQueueDataset(SHARDS, mailbox=box, load=load, learner_id="r")
+        loader = SharedQueueLoader(
+            dataset, batch_size=2, num_workers=2, persistent_workers=persistent
+        )
+        taken: Counter[int] = Counter()
+        for n, batch in enumerate(loader):
+            taken.update(int(x) for x in batch)
+            if n == 4:
+                break
+        assert_done_units_were_taken(box, taken)
+        assert not read_status(box).complete
+        taken.update(taken_from(loader))  # the same epoch again: the released units come back
+        assert set(taken) == EVERY_ITEM
+        assert_done_units_were_taken(box, taken)
+        status = read_status(box)
+        assert status.complete  # once the loop ended, not later
+        assert not status.failed  # leaving early is not a failure
+
+
+def test_a_unit_is_done_only_once_the_loop_asked_past_its_last_batch(rig_file: Rig) -> None:
+    """Batches of one whole unit, one worker: after the loop took n batches, at most n - 1
+    units can be done, however far the worker has run ahead."""
+    box = rig_file.fresh()
+    dataset = SharedQueueDataset(SHARDS, mailbox=box, load=load, learner_id="r")
+    loader = SharedQueueLoader(dataset, batch_size=ITEMS, num_workers=1)
+    taken: Counter[int] = Counter()
+    for n, batch in enumerate(loader, start=1):
+        taken.update(int(x) for x in batch)
+        assert len(done_units(box)) <= n - 1
+        assert_done_units_were_taken(box, taken)
+    assert read_status(box).complete
+
+
+def test_drop_last_leaves_the_dropped_items_units_undone_and_says_so(rig_file: Rig) -> None:
+    box = rig_file.fresh()
+    units = {f"s{i:02d}": i for i in range(5)}  # 20 items, two workers, batches of 3
+    dataset = SharedQueueDataset(units, mailbox=box, load=load, learner_id="r")
+    loader = SharedQueueLoader(dataset, batch_size=3, num_workers=2, drop_last=True)
+    taken = taken_from(loader)
+    assert_done_units_were_taken(box, taken)
+    status = read_status(box)
+    assert not status.complete  # shown, not hidden: a unit's last items were dropped
+    assert status.in_progress == 0  # released, not left held by a learner that has left
+    assert status.done + (status.free or 0) == len(units)
+
+
+def test_a_plain_dataloader_with_workers_is_refused_naming_the_loader(rig_file: Rig) -> None:
+    dataset = SharedQueueDataset(SHARDS, mailbox=rig_file.fresh(), load=load, learner_id="r")
+    with pytest.raises(ConfigurationError, match=r"SharedQueueLoader\(dataset, \.\.\.\)"):
+        list(DataLoader(dataset, batch_size=2, num_workers=2))
+    # Without workers the loop itself takes each item: safe with either loader.
+    assert taken_from(DataLoader(dataset, batch_size=2)).keys() == EVERY_ITEM
+
+
+def test_bad_combinations_are_refused_when_the_loader_is_built(rig_file: Rig) -> None:
+    box = rig_file.fresh()
+    waiting = SharedQueueDataset(SHARDS, mailbox=box, load=load, wait_for_others=True)
+    with pytest.raises(ConfigurationError, match=r"wait_for_others=True\) with DataLoader workers"):
+        SharedQueueLoader(waiting, num_workers=2)
+    SharedQueueLoader(waiting)  # without workers it is fine
+    with pytest.raises(ConfigurationError, match=r"loads a gradientmail\.torch\.SharedQueue"):
+        SharedQueueLoader(list(range(4)))  # type: ignore[arg-type]
