@@ -1344,6 +1344,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/torch/test_loader.py",),
         "the loop never says which batches it took: no unit is ever recorded done",
     ),
+    Mutant(
+        "twin-that-ends-goes-unsaid",
+        "patterns/_lease_watch.py",
+        (('            _log.warning(_TWIN_ENDED, holder, where, current[0].get("state"))\n', ""),),
+        (
+            "tests/patterns/shared_queue/test_incarnation_takeover.py::test_a_live_holder_that_ends_while_the_new_one_waits_is_named_at_warning",
+        ),
+        "two live processes given one id overlap briefly: the second takes over in silence "
+        "and trains what is left, often nothing, and exits 0",
+    ),
 )
 
 

@@ -24,11 +24,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from gradientmail._errors import ConfigurationError
 from gradientmail.mailbox import Capability, Mailbox, Version
 from gradientmail.patterns._claims import decode_record, encode_record, read_versioned
 
-__all__ = ["LIVE_STATES", "LeaseState", "LeaseWatcher"]
+__all__ = ["LIVE_STATES", "LeaseState", "LeaseWatcher", "watch_earlier_holder"]
 
 #: Lost leases declared, at WARNING (the holder side logs on the leases logger).
 _log = logging.getLogger("gradientmail.patterns._leases")
@@ -169,3 +171,55 @@ class LeaseWatcher:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: Said when the holder a restart waits for ends while it waits: maybe a twin.
+_TWIN_ENDED = (
+    "%r found another process with its id (%s) running, which ended (%s) while this one "
+    "waited; this one goes on under the id. If that was not this learner's earlier "
+    "incarnation, two processes share one id: give each its own"
+)
+
+
+def watch_earlier_holder(
+    read: Callable[[], tuple[dict[str, Any], Version] | None],
+    holder: str,
+    key: str,
+    record: dict[str, Any],
+    version: Version,
+    window: float,
+    period: float,
+) -> None:
+    """Watch a ``running`` lease record, read as ``(record, version)``, for ``window``
+    seconds before a restart named ``holder`` takes it over; return when it may.
+
+    Raises:
+        ConfigurationError: the record was renewed meanwhile: a live process has this id.
+    """
+    where = f"{record.get('host')} pid {record.get('pid')}"
+    _log.info(
+        "%r waits up to %.1f s for its earlier incarnation (%s) to renew lease %r or to go "
+        "silent; it takes the lease over then",
+        holder,
+        window,
+        where,
+        key,
+    )
+    # Real time, not a lease's clock: this wait paces real sleeps (a fake clock never ends it).
+    deadline = time.monotonic() + window
+    pause = max(0.02, min(period / 4, window / 12))
+    while time.monotonic() < deadline:
+        time.sleep(pause)  # a polling period while watching another holder's record
+        current = read()
+        if current is not None and current[1] == version:
+            continue  # unchanged
+        if current is not None and current[0].get("state") not in LIVE_STATES:
+            # Alive when we began: a restart racing its own shutdown, or two processes given
+            # one id. Go on, but loudly: silently, this one would train what is left.
+            _log.warning(_TWIN_ENDED, holder, where, current[0].get("state"))
+            return
+        raise ConfigurationError(
+            f"{holder!r} is already running in this run ({where}) and renews its lease "
+            f"{key!r}; give every learner its own id (for example gradientmail.learner ids "
+            "built from the launcher's RANK)"
+        )

@@ -37,7 +37,6 @@ from typing import Any
 
 from gradientmail._errors import (
     BackendError,
-    ConfigurationError,
     LeaseLostError,
     OutcomeUnknownError,
 )
@@ -45,7 +44,12 @@ from gradientmail.backends._base import new_write_id
 from gradientmail.mailbox import Capability, Mailbox, Version
 from gradientmail.patterns._claims import decode_record, read_versioned
 from gradientmail.patterns._lease_record import OwnRecord, lease_record
-from gradientmail.patterns._lease_watch import LIVE_STATES, LeaseState, LeaseWatcher
+from gradientmail.patterns._lease_watch import (
+    LIVE_STATES,
+    LeaseState,
+    LeaseWatcher,
+    watch_earlier_holder,
+)
 from gradientmail.patterns._workers import Worker
 
 __all__ = [
@@ -186,30 +190,7 @@ class Lease:
         if not isinstance(period, (int, float)) or period <= 0:
             period = duration / RENEWALS_PER_LEASE
         window = TAKEOVER_FRACTION * duration
-        _log.info(
-            "%r waits up to %.1f s for its earlier incarnation (%s pid %s) to renew lease %r "
-            "or to go silent; it takes the lease over then",
-            self.holder,
-            window,
-            record.get("host"),
-            record.get("pid"),
-            self.key,
-        )
-        # Real time, not self.clock: this wait paces real sleeps (a fake clock never ends it).
-        deadline = time.monotonic() + window
-        pause = max(0.02, min(period / 4, window / 12))
-        while time.monotonic() < deadline:
-            time.sleep(pause)  # a polling period while watching another holder's record
-            current = self._read()
-            if current is None or current[1] != version:
-                if current is not None and current[0].get("state") not in LIVE_STATES:
-                    return  # it ended while we watched
-                where = f"{record.get('host')} pid {record.get('pid')}"
-                raise ConfigurationError(
-                    f"{self.holder!r} is already running in this run ({where}) and renews "
-                    f"its lease {self.key!r}; give every learner its own id (for example "
-                    "gradientmail.learner ids built from the launcher's RANK)"
-                )
+        watch_earlier_holder(self._read, self.holder, self.key, record, version, window, period)
 
     # -- renewing -----------------------------------------------------------------------------
 

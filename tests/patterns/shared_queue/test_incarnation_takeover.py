@@ -65,3 +65,38 @@ def test_a_live_earlier_incarnation_is_refused_at_its_next_renewal(box: Mailbox)
             Lease(box, "leases/dup", "dup", duration=1.5, period=0.1).acquire()
     finally:
         live.end()
+
+
+def test_a_live_holder_that_ends_while_the_new_one_waits_is_named_at_warning(
+    box: Mailbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A short overlap of two live processes with one id: the first ends while the second
+    watches it. The second goes on (a restart racing its own shutdown looks the same), but
+    says so: silently, it would train what is left, often nothing, and exit 0."""
+    from tests.support.interleave import Interleave
+
+    first = Lease(box, "leases/twin", "twin", duration=1.5, period=0.1)
+    first.acquire()
+    # The second's first look at the record, then the first one ends, as a finished run does.
+    watching = Interleave(box, "get_versioned", "leases/twin", lambda: first.end("finished"))
+    second = Lease(watching, "leases/twin", "twin", duration=1.5, period=0.1)
+    with caplog.at_level(logging.INFO, logger="gradientmail.patterns._leases"):
+        second.acquire()
+    assert watching.ran.is_set()
+    assert second.incarnation == first.incarnation + 1
+    (line,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    message = line.getMessage()
+    assert "'twin' found another process with its id" in message
+    assert "ended (finished) while this one waited" in message
+    assert "two processes share one id" in message
+
+
+def test_a_restart_after_a_clean_end_says_nothing_at_warning(
+    box: Mailbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = Lease(box, "leases/again", "again", duration=1.5, period=0.1)
+    first.acquire()
+    first.end("finished")
+    with caplog.at_level(logging.INFO, logger="gradientmail.patterns._leases"):
+        Lease(box, "leases/again", "again", duration=1.5, period=0.1).acquire()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
