@@ -87,17 +87,17 @@ class EventLog:
     def write(self, event: str, **fields: Any) -> None:
         self.out.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
 
-    def unit_claimed(self, identifier: str, reclaimed: bool = False) -> None:
-        self.write("claimed", unit=identifier, reclaimed=reclaimed)
+    def unit_claimed(self, identifier: str, reclaimed: bool = False, epoch: int = 0) -> None:
+        self.write("claimed", unit=identifier, reclaimed=reclaimed, epoch=epoch)
 
-    def unit_released(self, identifier: str) -> None:
-        self.write("released", unit=identifier)
+    def unit_released(self, identifier: str, epoch: int = 0) -> None:
+        self.write("released", unit=identifier, epoch=epoch)
 
-    def unit_started(self, identifier: str) -> None:
-        self.write("started", unit=identifier)
+    def unit_started(self, identifier: str, epoch: int = 0) -> None:
+        self.write("started", unit=identifier, epoch=epoch)
 
-    def unit_finished(self, identifier: str, items: int) -> None:
-        self.write("finished", unit=identifier, items=items)
+    def unit_finished(self, identifier: str, items: int, epoch: int = 0) -> None:
+        self.write("finished", unit=identifier, items=items, epoch=epoch)
 
     def data_waited(self, seconds: float) -> None:
         """Not logged: the failover figures come from unit events only."""

@@ -23,8 +23,13 @@ __all__ = ["RATE_SMOOTHING", "Found", "Lifecycle", "Publication", "Rate", "UnitL
 RATE_SMOOTHING = 0.5
 
 
+#: A unit of one epoch: ``(epoch, identifier)``.
+UnitKey = tuple[int, str]
+
+
 class UnitLog:
-    """Units by id: ``[claimed, started, finished, items, reclaimed]``, times from ``time.time``.
+    """Units by ``(epoch, id)``: ``[claimed, started, finished, items, reclaimed]``, times
+    from ``time.time``.
 
     Every method takes the lock; :attr:`finished` counts units with a finish time.
     """
@@ -33,30 +38,30 @@ class UnitLog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[str, list[Any]] = {}
+        self._entries: dict[UnitKey, list[Any]] = {}
         self.finished = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def claimed(self, identifier: str, reclaimed: bool) -> None:
+    def claimed(self, identifier: UnitKey, reclaimed: bool) -> None:
         """``identifier`` was claimed now (``reclaimed``: taken over from another)."""
         with self._lock:
             self._entries[identifier] = [time.time(), None, None, 0, reclaimed]
 
-    def released(self, identifier: str) -> None:
+    def released(self, identifier: UnitKey) -> None:
         """``identifier`` went back unfinished: forget it (a finished unit stays)."""
         with self._lock:
             entry = self._entries.get(identifier)
             if entry is not None and entry[2] is None:
                 del self._entries[identifier]
 
-    def started(self, identifier: str) -> None:
+    def started(self, identifier: UnitKey) -> None:
         """The unit's first item reached the training loop now."""
         with self._lock:
             self._entry(identifier)[1] = time.time()
 
-    def done(self, identifier: str, items: int) -> None:
+    def done(self, identifier: UnitKey, items: int) -> None:
         """The training loop took the unit's every item (``items`` of them) now."""
         with self._lock:
             entry = self._entry(identifier)
@@ -65,13 +70,17 @@ class UnitLog:
             entry[2] = time.time()
             entry[3] = items
 
-    def _entry(self, identifier: str) -> list[Any]:
+    def _entry(self, identifier: UnitKey) -> list[Any]:
         return self._entries.setdefault(identifier, [None, None, None, 0, False])
 
     def rows(self) -> tuple[list[list[Any]], int]:
-        """The published rows ``[id, claimed, started, finished, reclaimed]``, and finished."""
+        """The published rows ``[id, claimed, started, finished, reclaimed, epoch]``, and
+        finished."""
         with self._lock:
-            rows = [[ident, *entry[:3], entry[4]] for ident, entry in self._entries.items()]
+            rows = [
+                [ident, *entry[:3], entry[4], epoch]
+                for (epoch, ident), entry in self._entries.items()
+            ]
             return rows, self.finished
 
     def restore(self, rows: object) -> None:
@@ -81,7 +90,9 @@ class UnitLog:
                 if isinstance(row, list) and len(row) >= 4 and row[3] is not None:
                     ident, claimed, started, finished = row[:4]
                     reclaimed = bool(row[4]) if len(row) > 4 else False
-                    self._entries[str(ident)] = [claimed, started, finished, 0, reclaimed]
+                    epoch = row[5] if len(row) > 5 and isinstance(row[5], int) else 0
+                    key = (epoch, str(ident))
+                    self._entries[key] = [claimed, started, finished, 0, reclaimed]
                     self.finished += 1
 
 

@@ -24,6 +24,21 @@ def lane_of(identifier: str) -> str:
     return identifier.rsplit("-", 1)[0] if "-" in identifier else ""
 
 
+def _origin(status: RunStatus) -> float:
+    """Where the time axis starts: the first unit shown; without one, the run's start."""
+    begins = [
+        float(begin)
+        for record in status.learners
+        for entry in record.get("units") or []
+        if isinstance(entry, list) and len(entry) >= 4
+        for begin in (entry[2] if number(entry[2]) else entry[1],)
+        if number(begin)
+    ]
+    if begins:
+        return min(begins)
+    return status.now if status.started_at is None else status.started_at
+
+
 def _bars(status: RunStatus, origin: float) -> tuple[list[str], list[tuple[Any, ...]], float]:
     labels, bars = [], []
     end_of_run = origin
@@ -66,7 +81,7 @@ def plot_gantt(status: RunStatus, path: str) -> None:
             "install it with: pip install 'gradientmail[plot]'",
         )
         raise error from exc
-    origin = status.now if status.started_at is None else status.started_at
+    origin = _origin(status)
     labels, bars, end_of_run = _bars(status, origin)
     lanes = {lane: index for index, lane in enumerate(sorted({bar[3] for bar in bars}))}
     figure = Figure(figsize=(_WIDTH, 1.2 + 0.6 * max(1, len(labels))))
@@ -93,7 +108,7 @@ def plot_gantt(status: RunStatus, path: str) -> None:
         )
     axes.set_yticks(range(len(labels)), labels)
     axes.invert_yaxis()
-    axes.set_xlabel("seconds since the first learner started")
+    axes.set_xlabel("seconds since the first unit shown started")
     axes.set_title(f"units per learner over time; makespan {end_of_run - origin:.1f}s")
     handles = [Patch(color=palette[i], label=lane or "(none)") for lane, i in lanes.items()]
     if any(bar[4] for bar in bars):

@@ -157,24 +157,25 @@ class Session:
 
     # -- reports from shared_queue (ProgressReporter) ---------------------------------------
 
-    def unit_claimed(self, identifier: str, reclaimed: bool = False) -> None:
-        """Record that this learner claimed ``identifier`` (called by ``shared_queue``).
+    def unit_claimed(self, identifier: str, reclaimed: bool = False, epoch: int = 0) -> None:
+        """Record that this learner claimed ``identifier`` of ``epoch`` (called by
+        ``shared_queue``).
 
         ``reclaimed`` marks a unit taken over from a learner that died or left.
         """
-        self._units.claimed(identifier, reclaimed)
+        self._units.claimed((epoch, identifier), reclaimed)
 
-    def unit_released(self, identifier: str) -> None:
+    def unit_released(self, identifier: str, epoch: int = 0) -> None:
         """Record that this learner gave ``identifier`` back unfinished (it left early)."""
-        self._units.released(identifier)
+        self._units.released((epoch, identifier))
 
-    def unit_started(self, identifier: str) -> None:
+    def unit_started(self, identifier: str, epoch: int = 0) -> None:
         """Record that the unit's first item reached the training loop."""
-        self._units.started(identifier)
+        self._units.started((epoch, identifier))
 
-    def unit_finished(self, identifier: str, items: int) -> None:
+    def unit_finished(self, identifier: str, items: int, epoch: int = 0) -> None:
         """Record that the training loop took every item of the unit."""
-        self._units.done(identifier, items)
+        self._units.done((epoch, identifier), items)
 
     @property
     def units_claimed(self) -> int:

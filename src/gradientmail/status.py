@@ -29,7 +29,10 @@ Learners
 Epochs
     In a run of several epochs the table has an ``epoch`` column (the epoch each learner's
     lease names), and a line gives the units done in every epoch so far (one listing of
-    each epoch's ``done/``).
+    each epoch's ``done/``). With ``--epoch k`` (``read_status(box, epoch=k)``) the learner
+    table and ``--plot`` show only epoch ``k``: each learner's units claimed and finished
+    there, and the learners that took none are left out (a rank's own session, with no
+    units at all, stays).
 
 Units (of the newest epoch, or ``--epoch``)
     ``done`` (completion records), ``in progress`` (claimed, not done, not released),
@@ -124,6 +127,25 @@ def _learner_state(record: dict[str, Any], lease: dict[str, Any] | None, now: fl
     return str(record.get("state") or (lease or {}).get("state") or "?")
 
 
+def _only_epoch(row: dict[str, Any], lease: dict[str, Any] | None, epoch: int) -> bool:
+    """Keep in ``row`` only the units of ``epoch``, with their counts; whether to show it
+    (it has units there, names the epoch in its lease, or reports no units at all)."""
+    units = row.get("units")
+    if not isinstance(units, list):
+        return True  # a rank's own session, counting steps: shown in every epoch
+    mine = [u for u in units if isinstance(u, list) and len(u) >= 4 and _unit_epoch(u) == epoch]
+    row["units"] = mine
+    row["units_claimed"] = len(mine)
+    row["units_finished"] = sum(1 for u in mine if number(u[3]))
+    named = (lease or {}).get("epochs") or [(lease or {}).get("epoch")]
+    return bool(mine) or not units or epoch in named
+
+
+def _unit_epoch(unit: list[Any]) -> int:
+    """The epoch of a published unit row (rows written before epochs were recorded: 0)."""
+    return unit[5] if len(unit) > 5 and isinstance(unit[5], int) else 0
+
+
 def _records(mailbox: Mailbox, prefix: str, unreadable: list[str]) -> dict[str, dict[str, Any]]:
     """Name → record for every key under ``prefix``; unreadable keys are noted, not fatal."""
     found: dict[str, dict[str, Any]] = {}
@@ -176,6 +198,8 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         row = dict(record)
         row["learner"] = name
         lease = leases.get(name)
+        if epoch is not None and not _only_epoch(row, lease, epoch):
+            continue  # it took no unit of the epoch asked for, and works in no other way there
         row["state"] = _learner_state(record, lease, now)
         silence = _silence(lease, now)
         if row["state"] == "silent" and silence is not None:

@@ -189,7 +189,8 @@ def test_composes_with_shared_queue_and_records_units(box: Mailbox) -> None:
     assert body["units_finished"] == 4
     assert body["samples"] == 8
     assert sorted(entry[0] for entry in body["units"]) == sorted(units), "one entry per unit"
-    for identifier, claimed, started, finished, reclaimed in body["units"]:
+    for identifier, claimed, started, finished, reclaimed, epoch in body["units"]:
+        assert epoch == 0
         assert identifier in units
         assert body["started_at"] <= claimed <= started <= finished <= body["finished_at"]
         assert reclaimed is False

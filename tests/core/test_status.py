@@ -216,3 +216,30 @@ def test_status_survives_malformed_records_and_names_them(box: Mailbox) -> None:
     assert "warning: learners/listed does not hold a readable record; skipped" in text
     assert "typed" in text  # shown, with unreadable fields as zero or '-'
     assert status.complete
+
+
+def test_epoch_filters_the_learner_table_and_the_plot(tmp_path: Path) -> None:
+    """Epoch 0 trained by ``b`` alone, epoch 1 by ``a`` alone: ``--epoch k`` counts each
+    learner's units of epoch k, leaves out the learner that took none there, and plots only
+    those units."""
+    box = from_url(f"file://{tmp_path / 'run'}")
+    units = {f"u{i}": i for i in range(4)}
+    for epoch, name in ((0, "b"), (1, "a")):
+        with (
+            Session(box, name, publish_every=60),
+            shared_queue(
+                units, mailbox=box, learner_id=name, load=lambda u: [u], epoch=epoch
+            ) as queue,
+        ):
+            list(queue)
+    whole = {r["learner"]: r["units_finished"] for r in read_status(box).learners}
+    assert whole == {"a": 4, "b": 4}
+    for epoch, name in ((0, "b"), (1, "a")):
+        rows = read_status(box, epoch=epoch).learners
+        assert [r["learner"] for r in rows] == [name]
+        assert (rows[0]["units_claimed"], rows[0]["units_finished"]) == (4, 4)
+        assert {u[5] for u in rows[0]["units"]} == {epoch}
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "epoch1.png"
+    plot_gantt(read_status(box, epoch=1), str(path))
+    assert path.stat().st_size > 0

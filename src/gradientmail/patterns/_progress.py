@@ -31,7 +31,8 @@ class ProgressReporter(Protocol):
     """What the queue tells a progress sink (a :class:`~gradientmail.session.Session`).
 
     Calls come from the loader thread (``unit_claimed``) and the consumer's thread (the
-    others), so implementations must be thread-safe and cheap (no store calls).
+    others), so implementations must be thread-safe and cheap (no store calls). ``epoch``
+    names the pass the unit belongs to: one identifier is a different unit in each epoch.
     """
 
     @property
@@ -39,16 +40,16 @@ class ProgressReporter(Protocol):
         """The learner this sink reports for."""
         ...
 
-    def unit_claimed(self, identifier: str, reclaimed: bool = False) -> None:
+    def unit_claimed(self, identifier: str, reclaimed: bool = False, epoch: int = 0) -> None:
         """The learner claimed ``identifier`` (``reclaimed``: took it over from another)."""
 
-    def unit_released(self, identifier: str) -> None:
+    def unit_released(self, identifier: str, epoch: int = 0) -> None:
         """The learner gave ``identifier`` back unfinished (it left early)."""
 
-    def unit_started(self, identifier: str) -> None:
+    def unit_started(self, identifier: str, epoch: int = 0) -> None:
         """The unit's first item reached the consumer."""
 
-    def unit_finished(self, identifier: str, items: int) -> None:
+    def unit_finished(self, identifier: str, items: int, epoch: int = 0) -> None:
         """The consumer asked for the next item after the unit's last (``items`` in all)."""
 
     def data_waited(self, seconds: float) -> None:

@@ -184,11 +184,11 @@ class EpochRun(Generic[T]):
             reporter = self.setup.reporter
             if isinstance(entry, UnitStart):
                 if reporter is not None:
-                    reporter.unit_started(entry.held.identifier)
+                    reporter.unit_started(entry.held.identifier, epoch=self.epoch)
             elif isinstance(entry, UnitEnd):
                 self.stats.units_finished += 1
                 if reporter is not None:
-                    reporter.unit_finished(entry.held.identifier, entry.items)
+                    reporter.unit_finished(entry.held.identifier, entry.items, epoch=self.epoch)
                 parts.recorder.hand_over(entry.held)
             elif isinstance(entry, Wake):
                 continue  # the loop's top raises the recorder's error
@@ -234,7 +234,7 @@ class EpochRun(Generic[T]):
             if claims.release(unit):
                 self.stats.units_released += 1
                 if reporter is not None:
-                    reporter.unit_released(unit.identifier)
+                    reporter.unit_released(unit.identifier, epoch=self.epoch)
 
 
 @dataclass(frozen=True)

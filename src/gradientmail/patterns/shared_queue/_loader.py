@@ -206,7 +206,9 @@ class ClaimLoop:
         self.holdings.add(held)
         self.stats.units_claimed += 1
         if self.reporter is not None:
-            self.reporter.unit_claimed(held.identifier, reclaimed=reclaimed)
+            self.reporter.unit_claimed(
+                held.identifier, reclaimed=reclaimed, epoch=self.claims.layout.epoch
+            )
         return held
 
     # -- loading ------------------------------------------------------------------------------
