@@ -1354,6 +1354,68 @@ MUTANTS: tuple[Mutant, ...] = (
         "two live processes given one id overlap briefly: the second takes over in silence "
         "and trains what is left, often nothing, and exits 0",
     ),
+    Mutant(
+        "status-ignores-a-declared-loss",
+        "status.py",
+        (('        if state == "lost":\n            return "lost"\n', ""),),
+        (
+            "tests/core/test_status_liveness.py::test_a_lease_declared_lost_moments_ago_reads_lost_not_running",
+        ),
+        "a learner declared lost moments ago (its lease recently renewed) reads running: "
+        "status hides that its units were taken over",
+    ),
+    Mutant(
+        "one-worker-may-copy-memory",
+        "_torch_data/dataset.py",
+        (
+            (
+                "            self._require_shared("
+                'f"with DataLoader num_workers={info.num_workers}")',
+                "            if info.num_workers > 1:\n"
+                "                self._require_shared("
+                'f"with DataLoader num_workers={info.num_workers}")',
+            ),
+        ),
+        ("tests/torch/test_torch.py::test_a_mailbox_in_one_process_only_is_refused_with_workers",),
+        "a memory:// mailbox under one DataLoader worker is copied into the worker: the "
+        "worker and the training process each deliver every unit",
+    ),
+    Mutant(
+        "delivery-ignores-a-takeover",
+        "patterns/pipeline/_item_claims.py",
+        (("            if new is None:\n                raise self._taken(held)\n", ""),),
+        (
+            "tests/patterns/pipeline/test_item_claims.py::test_a_delivery_of_an_item_taken_over_is_refused_naming_the_taker",
+        ),
+        "a consumer whose item was taken over still returns it: two consumers deliver it",
+    ),
+    Mutant(
+        "pipeline-takeover-unconditional",
+        "patterns/pipeline/_item_claims.py",
+        (
+            (
+                "            new = self.mailbox.put_if_match(key, mine.to_bytes(), version)",
+                "            new = self.mailbox.put(key, mine.to_bytes())",
+            ),
+        ),
+        (
+            "tests/patterns/pipeline/test_item_claims.py::test_an_owner_that_delivers_between_a_note_and_a_takeover_keeps_the_item",
+        ),
+        "a takeover overwrites a claim its owner delivered after the note: the item is "
+        "delivered twice",
+    ),
+    Mutant(
+        "status-epoch-ignores-unit-epochs",
+        "status.py",
+        (
+            (
+                "    return unit[5] if len(unit) > 5 and isinstance(unit[5], int) else 0",
+                "    return 0",
+            ),
+        ),
+        ("tests/core/test_status.py::test_epoch_filters_the_learner_table_and_the_plot",),
+        "status --epoch k counts and plots every epoch's units as epoch 0's",
+    ),
 )
 
 

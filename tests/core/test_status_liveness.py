@@ -132,3 +132,29 @@ def test_status_json_holds_the_facts_of_the_table(
     assert row["units_finished"] == 3
     assert row["samples"] == 6
     assert doc["unfinished_epochs"] == {}
+
+
+def test_a_lease_declared_lost_moments_ago_reads_lost_not_running(box: Mailbox) -> None:
+    """A learner paused past its lease, declared lost by another the moment the lease ran
+    out: its lease was renewed recently by the clock (not expired), and its progress record
+    still says running. Status must follow the declaration, and count no ETA for it."""
+    from gradientmail.patterns._lease_watch import LeaseWatcher
+    from gradientmail.patterns._leases import Lease
+
+    put_progress(box, "paused", reported_ago=1)
+    holder = Lease(box, "leases/paused", "paused", duration=30)
+    holder.acquire()  # renewed just now: neither expired nor silent by its record's time
+    put_progress(box, "other", reported_ago=1)
+    put_lease(box, "other", renewed_ago=1)
+    before = {r["learner"]: r["state"] for r in read_status(box).learners}
+    assert before == {"other": "running", "paused": "running"}
+    watcher = LeaseWatcher(box, "leases/", duration=30)
+    watcher.observe("paused")
+    assert watcher.declare_lost("paused", by="other")
+    status = read_status(box)
+    rows = {r["learner"]: r for r in status.learners}
+    assert rows["paused"]["state"] == "lost"
+    assert rows["other"]["state"] == "running"
+    assert "lost_in_s" not in rows["paused"]
+    line = next(x for x in format_status(status).splitlines() if x.startswith("paused"))
+    assert " lost " in f"{line} "

@@ -125,10 +125,14 @@ def test_batches_are_collated_and_pinned(rig_file: Rig) -> None:
     assert Counter(rows) == EVERY_ITEM
 
 
-def test_a_mailbox_in_one_process_only_is_refused_with_workers(rig_memory: Rig) -> None:
+@pytest.mark.parametrize("workers", [1, 2, 4])
+@pytest.mark.parametrize("loader_type", [DataLoader, SharedQueueLoader])
+def test_a_mailbox_in_one_process_only_is_refused_with_workers(
+    rig_memory: Rig, workers: int, loader_type: type[DataLoader[Any]]
+) -> None:
     dataset = SharedQueueDataset(UNITS, mailbox=rig_memory.fresh(), load=load, learner_id="r")
     with pytest.raises(ConfigurationError, match="not shared across processes"):
-        list(DataLoader(dataset, batch_size=None, num_workers=2))
+        list(loader_type(dataset, batch_size=None, num_workers=workers))
     # Alone in one process it is fine.
     assert epoch_items(DataLoader(dataset, batch_size=None)) == EVERY_ITEM
 
