@@ -111,3 +111,29 @@ def test_a_renewal_restarts_the_observers_count(box: Mailbox) -> None:
     assert not watcher.observe("h").dead, "counted from the first sighting, not the renewal"
     clock.advance(0.02)
     assert watcher.observe("h").dead
+
+
+@pytest.mark.parametrize("step", [3600.0, -3600.0], ids=["forward", "back"])
+def test_a_stepped_wall_clock_moves_neither_freshness_nor_silence(
+    box: Mailbox, monkeypatch: pytest.MonkeyPatch, step: float
+) -> None:
+    """NTP steps the wall clock an hour on the holder's host and the observer's: the holder
+    still trusts its renewal exactly as long, and the observer still waits the whole
+    duration, since both count on their monotonic clocks (``renewed_at``, the wall time in
+    the record, is for people reading ``status``)."""
+    import time
+
+    clock = FakeClock()
+    holder = Lease(box, "leases/h", "h", duration=DURATION, clock=clock)
+    holder.acquire()
+    watcher = LeaseWatcher(box, "leases/", duration=DURATION, clock=clock)
+    assert not watcher.observe("h").dead
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() + step)
+    written = holder.renewals
+    clock.advance(SAFE_FRACTION * DURATION - 0.01)
+    holder.ensure_fresh()
+    assert holder.renewals == written, "the wall clock's step made the holder renew early"
+    assert not watcher.observe("h").dead
+    clock.advance(DURATION - SAFE_FRACTION * DURATION + 0.02)  # past a duration since the sighting
+    assert watcher.observe("h").dead  # not sooner, not later, whichever way the wall moved

@@ -81,7 +81,9 @@ def test_waiting_learners_read_no_claim_and_list_the_completions_once() -> None:
         assert box.counts().total("list_page", "done") <= two_listings
     assert counts.total("create", "idle") == LEARNERS
     # One leader lists done/ to confirm the end and records it; the others read the record.
-    assert counts.total("create", "complete") == 1
+    # The last learner to go idle writes it too, at once, without waiting for the leader: the
+    # two may race, and put_if_absent lets one win (a CI run saw 2 creates of 64 learners).
+    assert 1 <= counts.total("create", "complete") <= 2
     confirms = 3 * math.ceil(UNITS / PAGE)  # the leader's, and room for two stand-ins
     assert counts.total("list_page", "done") <= 2 * LEARNERS + confirms
 
