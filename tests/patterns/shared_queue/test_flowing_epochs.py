@@ -85,12 +85,20 @@ def test_three_learners_five_epochs_each_unit_once_per_epoch_with_a_kill_and_res
     second.mkdir()
     names = ["a", "b", "c"]
     procs = {name: start(box, name, first) for name in names}
-    # The victim dies in the middle of the run, past its first epoch.
+    # The victim dies in the middle of the run: once it has delivered `at` items, or once
+    # half of the run's items are delivered, whichever comes first. A learner of flowing
+    # epochs lives until the last epoch ends, so it is still running at half the run, even
+    # when it started late and the others took most of the units.
     at = random.Random(rig_name).randint(count // 2, 2 * count)
     victim = random.Random(rig_name).choice(names)
-    wait_until(
-        lambda: len(read_flowing_log(str(first / victim))) >= at, 120, f"{victim} to reach {at}"
-    )
+    half = count * ITEMS_PER_UNIT * epochs // 2
+
+    def kill_point() -> bool:
+        overall = sum(len(read_flowing_log(str(first / name))) for name in names)
+        return len(read_flowing_log(str(first / victim))) >= at or overall >= half
+
+    wait_until(kill_point, HANG, f"{victim} to reach {at} items, or the run half its items")
+    assert procs[victim].is_alive(), "the victim was still running at the kill point"
     os.kill(pid_of(procs[victim]), signal.SIGKILL)
     procs[victim].join(timeout=30)
     restarted = start(box, victim, second)
