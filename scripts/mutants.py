@@ -366,6 +366,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "a learner opens epoch k+2 while a unit of k is still in progress",
     ),
     Mutant(
+        "restart-takes-back-its-own-units-last",
+        "patterns/shared_queue/_takeover.py",
+        (
+            (
+                "        while self.own:\n            ident, record, version = self.own.pop(0)\n",
+                "        while False:\n            ident, record, version = self.own.pop(0)\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_lifecycle.py::"
+            "test_a_restarted_learner_takes_back_its_own_units_first",
+        ),
+        "a restarted learner claims free units before the ones its old incarnation held",
+    ),
+    Mutant(
         "flow-newer-epoch-first",
         "patterns/shared_queue/_consumer.py",
         (

@@ -194,9 +194,14 @@ def test_a_restarted_learner_takes_back_its_own_units_first(
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()
-    other = start(box, "other", count, first, lease=10, item_s=0.02)
+    # The other learner is paused from the kill until the restart has taken back what it
+    # held; otherwise, idle once the free units are gone, it could take them over first (it
+    # waits one lease from the victim's last renewal; the restart waits most of a lease
+    # from its own start). Its own lease is long enough for the pause.
+    other = start(box, "other", count, first, lease=60, item_s=0.02)
     victim = start(box, "victim", count, first, lease=10, item_s=0.02)
     wait_until(lambda: delivered(first, "victim") >= 3, 120, "the victim to start")
+    os.kill(pid_of(other), signal.SIGSTOP)
     os.kill(pid_of(victim), signal.SIGKILL)
     victim.join(timeout=30)
     held = set()
@@ -208,6 +213,14 @@ def test_a_restarted_learner_takes_back_its_own_units_first(
             held.add(unit)
     assert held, "the victim held units when it died"
     restarted = start(box, "victim", count, second, lease=10, item_s=0.02)
+    try:
+        wait_until(
+            lambda: len({u for u, _, _ in read_log(str(second / "victim"))}) >= len(held),
+            120,
+            "the restart to deliver from as many units as its old incarnation held",
+        )
+    finally:
+        os.kill(pid_of(other), signal.SIGCONT)
     restarted.join(timeout=180)
     other.join(timeout=180)
     assert restarted.exitcode == other.exitcode == 0
