@@ -26,14 +26,14 @@ def lane_of(identifier: str) -> str:
 
 def _origin(status: RunStatus) -> float:
     """Where the time axis starts: the first unit shown; without one, the run's start."""
-    begins = [
-        float(begin)
-        for record in status.learners
-        for entry in record.get("units") or []
-        if isinstance(entry, list) and len(entry) >= 4
-        for begin in (entry[2] if number(entry[2]) else entry[1],)
-        if number(begin)
-    ]
+    begins = []
+    for record in status.learners:
+        for entry in record.get("units") or []:
+            if not (isinstance(entry, list) and len(entry) >= 4):
+                continue
+            begin = entry[2] if number(entry[2]) else entry[1]  # loaded, else claimed
+            if number(begin):
+                begins.append(float(begin))
     if begins:
         return min(begins)
     return status.now if status.started_at is None else status.started_at

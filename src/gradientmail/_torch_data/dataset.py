@@ -241,7 +241,7 @@ class SharedQueueDataset(IterableDataset[T]):
         """A SharedQueueLoader worker's iteration: each unit is recorded done only once the
         loop took its last item; the last ones after this generator returned, by a closing
         thread, since the DataLoader collates the worker's last batch only then."""
-        _Closer.wait_for_previous()
+        _CLOSER.wait_for_previous()
         current_gate(gate)
         board, worker, generation = gate.board, gate.worker, gate.generation
         session = Session(mailbox, learner, publish_every=self.publish_every)
@@ -261,9 +261,9 @@ class SharedQueueDataset(IterableDataset[T]):
                 self._warn_if_complete(mailbox, epoch, items.stats.units_done_before)
                 board.closing(worker, generation)
                 pop_reporter(session)  # this thread's; the closer ends the session
-                _Closer.start(items, session, gate)
+                _CLOSER.start(items, session, gate)
         except BaseException as exc:
-            if not _Closer.started(gate):
+            if not _CLOSER.started(gate):
                 if isinstance(exc, GeneratorExit):  # the loop left early: not a failure
                     session.__exit__(None, None, None)
                 else:
@@ -344,11 +344,11 @@ class _Closer:
     worker process at a time): it records the last completions once the loop took their
     items, ends the session, and says so on the board."""
 
-    _thread: threading.Thread | None = None
-    _gate: WorkerGate | None = None
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._gate: WorkerGate | None = None
 
-    @classmethod
-    def start(cls, items: SharedQueue[Any], session: Session, gate: WorkerGate) -> None:
+    def start(self, items: SharedQueue[Any], session: Session, gate: WorkerGate) -> None:
         def closed(error: BaseException | None) -> None:
             try:
                 if error is None:
@@ -365,17 +365,19 @@ class _Closer:
                 )
             gate.board.closed(gate.worker, gate.generation, message)
 
-        cls._gate = gate
-        cls._thread = items.close_in_background(closed)
+        self._gate = gate
+        self._thread = items.close_in_background(closed)
 
-    @classmethod
-    def started(cls, gate: WorkerGate) -> bool:
-        return cls._gate is gate
+    def started(self, gate: WorkerGate) -> bool:
+        return self._gate is gate
 
-    @classmethod
-    def wait_for_previous(cls) -> None:
+    def wait_for_previous(self) -> None:
         """Before a new iteration in this worker: the previous one's queue is closed (its
         lease ended), so the new one, under the same learner id, need not wait for it."""
-        if cls._thread is not None:
-            cls._thread.join()
-            cls._thread = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+#: This process's closer (a worker process runs one iteration's generator at a time).
+_CLOSER = _Closer()

@@ -216,11 +216,8 @@ class SharedQueue(Generic[T]):
             LeaseLostError: (gated, after the last item) a unit was taken over before its
                 completion could be recorded.
         """
-        state = self._state
-        if state.closed:
-            return
-        state.closed = state.done = True
-        self._close()
+        if self._begin_close():
+            self._close()
 
     def close_in_background(
         self, closed: Callable[[BaseException | None], None]
@@ -229,12 +226,12 @@ class SharedQueue(Generic[T]):
         ``closed`` with what close raised (``None``: nothing). From now on :meth:`close`
         returns at once. For a gated queue, whose consumer must return before its last
         completions can be recorded."""
-        state = self._state
-        state.closed = state.done = True
+        first = self._begin_close()
 
         def run() -> None:
             try:
-                self._close()
+                if first:
+                    self._close()
             except BaseException as exc:  # noqa: BLE001 - handed to ``closed``
                 closed(exc)
             else:
@@ -245,6 +242,14 @@ class SharedQueue(Generic[T]):
         )
         thread.start()
         return thread
+
+    def _begin_close(self) -> bool:
+        """Mark the queue closed; whether this call is the first to close it."""
+        state = self._state
+        if state.closed:
+            return False
+        state.closed = state.done = True
+        return True
 
     def _close(self) -> None:
         state = self._state
