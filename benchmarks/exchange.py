@@ -335,7 +335,7 @@ def main() -> None:
     parser.add_argument("--methods", default="ddp,diloco,independent,alone,exchange")
     parser.add_argument("--wire", default="float32", help="the exchange's wire dtype")
     parser.add_argument("--outer-lr", type=float, default=None, help="None: the rule's default")
-    parser.add_argument("--staleness", type=float, default=0.5, help="exponent; -1: no weight")
+    parser.add_argument("--staleness", type=float, default=1.0, help="exponent; -1: no weight")
     args = parser.parse_args()
     train, held = corpus()
     methods = args.methods.split(",")

@@ -1154,6 +1154,37 @@ MUTANTS: tuple[Mutant, ...] = (
         "overwriting the others' progress",
     ),
     Mutant(
+        "exchange-weight-not-relative-to-a-round",
+        "_exchange/rules.py",
+        (
+            (
+                "    return float(((1 + staleness) / max(1, active)) ** -exponent)",
+                "    return float(max(1.0, 1 + staleness - (max(1, active) - 1)) ** -exponent)",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::"
+            "test_the_default_rule_keeps_a_fresh_deltas_progress_and_averages_one_of_normal_staleness",
+        ),
+        "a delta fresher than one round of the others gets only the rule's step, so a fast "
+        "learner's progress counts 1 / N and the shared model trains slower than it alone",
+    ),
+    Mutant(
+        "exchange-weight-uncapped",
+        "_exchange/rules.py",
+        (
+            (
+                "        return min(weight, 1.0 / self.rule.step(active))",
+                "        return weight",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::"
+            "test_a_fresh_delta_never_moves_the_shared_model_by_more_than_its_own_size",
+        ),
+        "a fresh delta with an explicit outer_lr is amplified past its own size",
+    ),
+    Mutant(
         "exchange-leave-without-final",
         "_exchange/learner.py",
         (

@@ -397,6 +397,52 @@ def test_a_delta_staler_than_the_bound_is_dropped_and_the_learner_adopts_the_cur
     assert torch.equal(shared_now(box), initial() - 8)
 
 
+def test_the_default_rule_keeps_a_fresh_deltas_progress_and_averages_one_of_normal_staleness() -> (
+    None
+):
+    """Two learners on the default rule: each delta moves the shared model by
+    ``delta / (1 + staleness)``. The first applied on a version no one else changed, so all
+    of its progress counts; the second is one version stale, the normal staleness of two
+    learners in turn, so half of it counts (their average)."""
+    box = from_url("memory://exchange-default-weight")
+    model_a, model_b = integer_model(), integer_model()
+    with (
+        Exchange(model_a, mailbox=box, learner_id="a", every=1) as a,
+        Exchange(model_b, mailbox=box, learner_id="b", every=1) as b,
+    ):
+        for model, exchange in ((model_a, a), (model_b, b)):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 4
+            exchange.step()
+            wait_until(partial(_more, exchange, 0), 60, "the exchange")
+        assert (a.stats.staleness_max, b.stats.staleness_max) == (0, 1)
+        assert torch.equal(shared_now(box), initial() - 4 - 2)
+
+
+def test_a_fresh_delta_never_moves_the_shared_model_by_more_than_its_own_size() -> None:
+    """``outer_lr`` is the step at the normal staleness; with four learners joined, a
+    fresh delta would get four times it, but never more than the whole delta."""
+    box = from_url("memory://exchange-weight-cap")
+    models = [integer_model() for _ in range(4)]
+    exchanges = [
+        Exchange(m, mailbox=box, learner_id=f"l{i}", every=1, outer_lr=0.5)
+        for i, m in enumerate(models)
+    ]
+    for exchange in exchanges:
+        exchange.__enter__()
+    try:
+        with torch.no_grad():
+            for p in models[0].parameters():
+                p -= 4
+        exchanges[0].step()
+        wait_until(partial(_more, exchanges[0], 0), 60, "the exchange")
+        assert torch.equal(shared_now(box), initial() - 4)  # not 0.5 * 4 * 4 = 8
+    finally:
+        for exchange in exchanges:
+            exchange.__exit__(None, None, None)
+
+
 # -- stability -----------------------------------------------------------------------------------
 
 

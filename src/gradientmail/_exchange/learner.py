@@ -65,7 +65,10 @@ class Exchange:
         every: local steps between exchanges.
         outer, outer_lr: the rule (``"average"``, ``"delayed-nesterov"`` or an object) and
             the named rule's step (``None``: its default).
-        staleness: the staleness weight's exponent; ``None`` for no weight.
+        staleness: the staleness weight's exponent; ``None`` for no weight. With the
+            defaults a delta ``tau`` versions stale moves the shared parameters by
+            ``delta / (1 + tau)``: a learner alone keeps all of its progress, and ``N``
+            equal learners in turn average theirs.
         max_staleness: drop a delta staler than this many versions; ``None`` never drops.
         wire, fragment_bytes: the dtype stored and sent (``"float32"``, ``"bfloat16"``),
             and the largest object written.
@@ -85,7 +88,7 @@ class Exchange:
         every: int = 50,
         outer: str | OuterRule = "average",
         outer_lr: float | None = None,
-        staleness: float | None = 0.5,
+        staleness: float | None = 1.0,
         max_staleness: int | None = 64,
         wire: str = "float32",
         fragment_bytes: int = DEFAULT_FRAGMENT_BYTES,

@@ -2,7 +2,9 @@
 
 A rule sees the shared state (the parameters, then any buffers of its own), one learner's
 progress ``delta = local - anchor`` already weighted for staleness, and the number of
-learners active now. It returns the new state. Rules are pure: no I/O, no clock.
+learners active now. It returns the new state, and says what fraction of a delta it
+applies at once (``step``), which bounds the staleness weight. Rules are pure: no I/O, no
+clock.
 
 Two rules ship:
 
@@ -10,7 +12,9 @@ Two rules ship:
   given, and no momentum. Applied to each learner's delta as it arrives, this is federated
   averaging made asynchronous (FedAsync, Xie et al. 2019; FedBuff's server step without the
   buffer): with equal speeds it moves the shared model by the learners' mean progress, and
-  a stale delta only adds a damped term, which cannot accumulate as momentum would.
+  a stale delta only adds a damped term, which cannot accumulate as momentum would. With
+  :class:`OuterStep`'s default weight the step becomes ``1 / (1 + tau)``, staleness-aware
+  asynchronous SGD (Zhang et al. 2016).
 * :class:`DelayedNesterov`, after Liu et al. 2024 ("Asynchronous Local-SGD Training for
   Language Modeling"): each delta is applied at once as ``lr * delta / N``, and the
   Nesterov momentum buffer is updated only once every ``N`` deltas from their mean, so that
@@ -44,6 +48,11 @@ class OuterRule(Protocol):
         """How many buffers of the parameters' size a version stores (1: parameters only)."""
         ...
 
+    def step(self, active: int) -> float:
+        """The fraction of a delta applied at once among ``active`` learners (before any
+        momentum); the staleness weight never makes a delta move more than its own size."""
+        ...
+
     def apply(
         self,
         state: list[torch.Tensor],
@@ -74,6 +83,9 @@ class Average:
     def __post_init__(self) -> None:
         _check_lr(self.lr, "outer_lr")
 
+    def step(self, active: int) -> float:
+        return self.lr if self.lr is not None else 1.0 / max(1, active)
+
     def apply(
         self,
         state: list[torch.Tensor],
@@ -81,8 +93,7 @@ class Average:
         active: int,
         rule_state: dict[str, Any],
     ) -> tuple[list[torch.Tensor], dict[str, Any]]:
-        lr = self.lr if self.lr is not None else 1.0 / max(1, active)
-        return [state[0] + lr * delta], rule_state
+        return [state[0] + self.step(active) * delta], rule_state
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,9 @@ class DelayedNesterov:
             raise ConfigurationError(f"momentum must be in [0, 1), not {self.momentum!r}")
         if self.delay is not None and (isinstance(self.delay, bool) or self.delay < 1):
             raise ConfigurationError(f"delay must be a positive integer, not {self.delay!r}")
+
+    def step(self, active: int) -> float:
+        return self.lr / (self.delay or max(1, active))
 
     def apply(
         self,
@@ -153,17 +167,30 @@ def resolve(outer: str | OuterRule, outer_lr: float | None) -> OuterRule:
     return outer
 
 
-def staleness_weight(staleness: int, exponent: float | None) -> float:
-    """``(1 + staleness) ** -exponent``, or 1 with no exponent."""
-    return 1.0 if exponent is None else float((1 + staleness) ** -exponent)
+def staleness_weight(staleness: int, active: int, exponent: float | None) -> float:
+    """``((1 + staleness) / active) ** -exponent``, or 1 with no exponent: 1 at the normal
+    staleness of ``active`` learners exchanging in turn (``active - 1``), more for a fresher
+    delta, less for a staler one."""
+    if exponent is None:
+        return 1.0
+    return float(((1 + staleness) / max(1, active)) ** -exponent)
 
 
 @dataclass(frozen=True)
 class OuterStep:
-    """How one delta moves the shared parameters: the rule, and how staleness damps it.
+    """How one delta moves the shared parameters: the rule, and how staleness weights it.
 
     ``staleness`` is the weight's exponent (``None``: no weight); a delta staler than
     ``max_staleness`` versions is dropped (``None``: never).
+
+    The weight is relative to the normal staleness: with ``N`` active learners exchanging
+    in turn, ``N - 1`` others apply between two exchanges of one learner, and such a delta
+    gets the rule's own step (``1 / N`` for the default average). A fresher delta carries
+    progress that no one else's delta overlaps, so it gets more, and a staler one less;
+    the product never exceeds 1, so no delta moves the shared parameters by more than its
+    own size. With the default exponent 1 and the default average, a delta ``tau``
+    versions stale moves them by ``delta / (1 + tau)``: a learner alone keeps all of its
+    progress, and equal learners in turn average theirs.
     """
 
     rule: OuterRule
@@ -176,6 +203,7 @@ class OuterStep:
 
     def weight(self, tau: int, active: int) -> float:
         """The weight of a delta ``tau`` versions stale among ``active`` learners."""
-        # Staleness beyond one round of the others (active - 1 versions) is what a delta
-        # is damped for: with N learners exchanging in turn, N - 1 is the normal case.
-        return staleness_weight(max(0, tau - (active - 1)), self.staleness)
+        if self.staleness is None:
+            return 1.0  # no weight: the rule's step exactly, whatever it is
+        weight = staleness_weight(tau, active, self.staleness)
+        return min(weight, 1.0 / self.rule.step(active))
