@@ -185,7 +185,9 @@ class Lease:
         duration = float(record.get("lease") or self.duration)
         renewed_at = record.get("renewed_at")
         if isinstance(renewed_at, (int, float)) and time.time() - renewed_at > 2 * duration:
-            return  # not renewed for two whole durations even by a skewed clock: gone
+            # Not renewed for two whole durations by this host's wall clock: gone. The one
+            # place where hosts' clocks must agree (to within a lease); docs say so.
+            return
         period = record.get("period")
         if not isinstance(period, (int, float)) or period <= 0:
             period = duration / RENEWALS_PER_LEASE
