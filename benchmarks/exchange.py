@@ -136,6 +136,7 @@ def queue_learner(cfg: dict[str, Any], rank: int, out: Any, start: Any) -> None:
             outer=cfg["outer"],
             outer_lr=cfg["outer_lr"],
             staleness=cfg["staleness"],
+            max_staleness=cfg["max_staleness"],
             wire=cfg["wire"],
         )
         if cfg["exchange"]
@@ -336,6 +337,9 @@ def main() -> None:
     parser.add_argument("--wire", default="float32", help="the exchange's wire dtype")
     parser.add_argument("--outer-lr", type=float, default=None, help="None: the rule's default")
     parser.add_argument("--staleness", type=float, default=1.0, help="exponent; -1: no weight")
+    parser.add_argument(
+        "--max-staleness", type=int, default=64, help="drop deltas staler than this"
+    )
     args = parser.parse_args()
     train, held = corpus()
     methods = args.methods.split(",")
@@ -352,6 +356,7 @@ def main() -> None:
             "outer_lr": args.outer_lr,
             "staleness": None if args.staleness < 0 else args.staleness,
             "wire": args.wire,
+            "max_staleness": args.max_staleness,
             "base": args.base_ms / 1000,
             "paces": PACES,
             "slowdown": args.scenario == "slowdown",
