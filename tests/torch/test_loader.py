@@ -128,3 +128,29 @@ def test_bad_combinations_are_refused_when_the_loader_is_built(rig_file: Rig) ->
     SharedQueueLoader(waiting)  # without workers it is fine
     with pytest.raises(ConfigurationError, match=r"loads a gradientmail\.torch\.SharedQueue"):
         SharedQueueLoader(list(range(4)))  # type: ignore[arg-type]
+
+
+def test_an_iteration_collected_in_a_cycle_still_shuts_its_workers_down(rig_file: Rig) -> None:
+    """An iteration left early and then collected by the garbage collector, not by its
+    reference count (here a cycle through it): the workers stop and the units come back.
+    The collector clears weak references before it runs finalizers, so a shutdown reached
+    through a weak reference was skipped: the workers stayed up, and a later iteration
+    whose iterator reused the address failed in torch (``_set_worker_pids should be called
+    only once``)."""
+    box = rig_file.fresh()
+    # A short lease: the collected iteration's gates were not given up, so the next one
+    # waits for the old leases of its learner id, as a restart does.
+    dataset = SharedQueueDataset(SHARDS, mailbox=box, load=load, learner_id="r", lease=3)
+    loader = SharedQueueLoader(dataset, batch_size=2, num_workers=2)
+    taking = iter(loader)
+    taken = Counter(int(x) for x in next(taking))
+    workers = list(taking._inner._workers)
+    taking.cycle = taking  # type: ignore[attr-defined]  # only a collection frees it
+    del taking
+    gc.collect()
+    for worker in workers:
+        worker.join(timeout=30)
+    assert not any(worker.is_alive() for worker in workers)
+    taken.update(taken_from(loader))  # the same epoch again: the released units come back
+    assert set(taken) == EVERY_ITEM
+    assert read_status(box).complete

@@ -79,6 +79,28 @@ class SharedQueueLoader(DataLoader[Any]):
         return _Taking(super().__iter__(), board, generation)
 
 
+_SETTLING: dict[type, type] = {}
+
+
+def _settling(cls: type) -> type:
+    """``cls`` with a ``_shutdown_workers`` that first settles the iteration's gates."""
+    made = _SETTLING.get(cls)
+    if made is None:
+
+        def _shutdown_workers(self: Any) -> None:
+            ref = getattr(self, "_gradientmail_taking", None)
+            taking = ref() if ref is not None else None
+            try:
+                if taking is not None:
+                    taking._leave(finished=taking._asking)
+            finally:
+                cls._shutdown_workers(self)  # type: ignore[attr-defined]
+
+        made = type(cls.__name__, (cls,), {"_shutdown_workers": _shutdown_workers})
+        _SETTLING[cls] = made
+    return made
+
+
 class _Taking:
     """The loop's side of one iteration: untags each batch, and when the loop asks for the
     next one, tells the batch's worker that its items up to it were taken."""
@@ -92,26 +114,12 @@ class _Taking:
         self._settled = False
         # The loader shuts its workers down from inside the call that finds the iteration
         # over (without persistent workers): the workers must have recorded their last
-        # units by then. Shut down at any other time, the iteration was left early.
-        # The method of the class, not the instance's: a bound method would hold ``inner``.
-        shutdown = getattr(type(inner), "_shutdown_workers", None)
-        if shutdown is not None:
-            # Weak references only: a cycle through torch's iterator would delay its
-            # shutdown to a garbage collection, maybe in a worker forked meanwhile.
-            iterator = weakref.ref(inner)
-
-            def settle_then_shutdown() -> None:
-                alive = iterator()
-                if alive is None:
-                    return
-                taking = alive._gradientmail_taking()
-                try:
-                    if taking is not None:
-                        taking._leave(finished=taking._asking)
-                finally:
-                    shutdown(alive)
-
-            inner._shutdown_workers = settle_then_shutdown
+        # units by then. Shut down at any other time, the iteration was left early. The
+        # iterator's class becomes a subclass whose shutdown settles first: no closure
+        # holds the iterator, and the shutdown runs even when a garbage collection, which
+        # clears weak references before finalizers, collects the iterator.
+        if getattr(type(inner), "_shutdown_workers", None) is not None:
+            inner.__class__ = _settling(type(inner))
         inner._gradientmail_taking = weakref.ref(self)
 
     def __iter__(self) -> _Taking:
