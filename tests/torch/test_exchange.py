@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -425,22 +426,17 @@ def test_a_fresh_delta_never_moves_the_shared_model_by_more_than_its_own_size() 
     fresh delta would get four times it, but never more than the whole delta."""
     box = from_url("memory://exchange-weight-cap")
     models = [integer_model() for _ in range(4)]
-    exchanges = [
-        Exchange(m, mailbox=box, learner_id=f"l{i}", every=1, outer_lr=0.5)
-        for i, m in enumerate(models)
-    ]
-    for exchange in exchanges:
-        exchange.__enter__()
-    try:
+    with ExitStack() as stack:
+        first, *_ = [
+            stack.enter_context(Exchange(m, mailbox=box, learner_id=f"l{i}", every=1, outer_lr=0.5))
+            for i, m in enumerate(models)
+        ]
         with torch.no_grad():
             for p in models[0].parameters():
                 p -= 4
-        exchanges[0].step()
-        wait_until(partial(_more, exchanges[0], 0), 60, "the exchange")
+        first.step()
+        wait_until(partial(_more, first, 0), 60, "the exchange")
         assert torch.equal(shared_now(box), initial() - 4)  # not 0.5 * 4 * 4 = 8
-    finally:
-        for exchange in exchanges:
-            exchange.__exit__(None, None, None)
 
 
 # -- stability -----------------------------------------------------------------------------------

@@ -167,12 +167,10 @@ def resolve(outer: str | OuterRule, outer_lr: float | None) -> OuterRule:
     return outer
 
 
-def staleness_weight(staleness: int, active: int, exponent: float | None) -> float:
-    """``((1 + staleness) / active) ** -exponent``, or 1 with no exponent: 1 at the normal
-    staleness of ``active`` learners exchanging in turn (``active - 1``), more for a fresher
-    delta, less for a staler one."""
-    if exponent is None:
-        return 1.0
+def staleness_weight(staleness: int, active: int, exponent: float) -> float:
+    """``((1 + staleness) / active) ** -exponent``: 1 at the normal staleness of ``active``
+    learners exchanging in turn (``active - 1``), more for a fresher delta, less for a
+    staler one."""
     return float(((1 + staleness) / max(1, active)) ** -exponent)
 
 
