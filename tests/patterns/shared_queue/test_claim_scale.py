@@ -79,7 +79,9 @@ def test_waiting_learners_read_no_claim_and_list_the_completions_once() -> None:
     two_listings = 2 * math.ceil(UNITS / PAGE)  # the start's listing, then the end's
     for box in boxes:
         assert box.counts().total("list_page", "done") <= two_listings
-    assert counts.total("create", "idle") == LEARNERS
+    # One marker per learner, and at most two more: a watcher also writes a marker for a
+    # learner it saw leave (``settle``), and a fresh-clone run saw 65 creates of 64 learners.
+    assert LEARNERS <= counts.total("create", "idle") <= LEARNERS + 2
     # One leader lists done/ to confirm the end and records it; the others read the record.
     # The last learner to go idle writes it too, at once, without waiting for the leader: the
     # two may race, and put_if_absent lets one win (a CI run saw 2 creates of 64 learners).
