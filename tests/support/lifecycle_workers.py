@@ -97,8 +97,11 @@ def flowing_learner(
     def load(unit: int) -> Iterator[int]:
         if held[0]:
             held[0] = False
-            with open(hold, "w") as marker:
+            # Written whole, then renamed: a test that sees the file reads the unit, never
+            # the empty file between its creation and the write.
+            with open(hold + ".part", "w") as marker:
                 marker.write(str(unit))
+            os.replace(hold + ".part", hold)
             time.sleep(600)  # a unit in progress until the test kills this process
         for k in range(ITEMS_PER_UNIT):
             time.sleep(item_s)  # the unit's simulated cost, not synchronisation
