@@ -366,6 +366,48 @@ MUTANTS: tuple[Mutant, ...] = (
         "a learner opens epoch k+2 while a unit of k is still in progress",
     ),
     Mutant(
+        "patience-gives-up-at-once",
+        "patterns/_patience.py",
+        (
+            (
+                "        if waited >= self.patience or self._stop.is_set():\n",
+                "        if True:\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_store_outage.py",
+            "tests/patterns/test_patience.py::"
+            "test_a_transient_failure_is_retried_and_an_answer_is_not",
+        ),
+        "a learner's loader dies on the first transient store failure after the mailbox's "
+        "own retries, instead of riding out an outage shorter than the lease",
+    ),
+    Mutant(
+        "patience-ignores-stop",
+        "patterns/_patience.py",
+        (
+            (
+                "        if waited >= self.patience or self._stop.is_set():\n",
+                "        if waited >= self.patience:\n",
+            ),
+        ),
+        (
+            "tests/patterns/test_patience.py::"
+            "test_it_gives_up_after_its_patience_and_at_once_when_stopped",
+        ),
+        "a closing queue keeps retrying a failing store for a whole lease before it closes",
+    ),
+    Mutant(
+        "patience-listing-restarts-from-the-top",
+        "patterns/_patience.py",
+        (("                    last = key\n", "                    pass\n"),),
+        (
+            "tests/patterns/test_patience.py::"
+            "test_a_listing_that_fails_part_way_resumes_after_the_last_key",
+        ),
+        "a listing that fails part-way starts again from its first key, yielding keys twice",
+    ),
+    Mutant(
         "restart-takes-back-its-own-units-last",
         "patterns/shared_queue/_takeover.py",
         (

@@ -453,7 +453,7 @@ def test_load_error_arrives_after_the_items_before_it_chained(box: Mailbox, k: i
 
 
 class FailingClaims(DelegatingMailbox):
-    """Fails the ``n``-th claim with a store error."""
+    """Fails every claim from the ``n``-th on with a transient store error."""
 
     def __init__(self, inner: Mailbox, n: int) -> None:
         super().__init__(inner)
@@ -464,7 +464,7 @@ class FailingClaims(DelegatingMailbox):
     def put_if_absent(self, key: str, data: bytes) -> bool:
         if key.startswith(UNITS_PREFIX):
             self.claims += 1
-            if self.claims == self.n:
+            if self.claims >= self.n:
                 self.failed.set()
                 raise TransientBackendError("injected: the store is down", key=key)
         return bool(self.inner.put_if_absent(key, data))
@@ -480,7 +480,15 @@ def test_mailbox_error_arrives_after_the_items_before_it_chained(box: Mailbox) -
     got: list[int] = []
     with (  # noqa: PT012 - the error arrives mid-loop
         pytest.raises(WorkerError) as caught,
-        shared_queue(units, mailbox=failing, learner_id="l", load=load, prefetch=8) as q,  # type: ignore[arg-type]
+        # An outage outlasting the lease (here 1 s) gives up, past the loader's patience.
+        shared_queue(
+            units,
+            mailbox=failing,  # type: ignore[arg-type]
+            learner_id="l",
+            load=load,
+            prefetch=8,
+            lease=1.0,
+        ) as q,
     ):
         assert failing.failed.wait(10)
         # The claim failed before the error is queued: wait until the loader has ended,
@@ -490,6 +498,7 @@ def test_mailbox_error_arrives_after_the_items_before_it_chained(box: Mailbox) -
     assert got == [0, 1, 2]
     assert isinstance(caught.value.__cause__, TransientBackendError)
     assert "injected" in str(caught.value)
+    assert failing.claims - failing.n >= 2, "the loader gave up without trying again"
 
 
 class NonAtomic(DelegatingMailbox):

@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 from gradientmail._errors import LeaseLostError
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._patience import Patient
 from gradientmail.patterns._progress import ProgressReporter
 from gradientmail.patterns._run_layout import RunLayout
 from gradientmail.patterns._workers import EMPTY, Bell, HandoffBuffer, Worker
@@ -100,10 +101,15 @@ class EpochRun(Generic[T]):
 
     def _build(self, identifiers: list[str]) -> _Parts:
         setup = self.setup
+        # The loader and the recorder ride out a store outage shorter than the lease (past
+        # it, this learner could not have renewed in time anyway); the lease renews on its
+        # own schedule with the mailbox itself.
+        what = f"shared_queue learner {setup.learner_id!r}"
+        mailbox = Patient(setup.mailbox, self.lease.duration, self._closing, what)
         claims = UnitClaims(
-            setup.mailbox, RunLayout(self.epoch), setup.learner_id, self.lease.incarnation
+            mailbox, RunLayout(self.epoch), setup.learner_id, self.lease.incarnation
         )
-        pages = ClaimPages(setup.mailbox, claims.layout.units, self.stats)
+        pages = ClaimPages(mailbox, claims.layout.units, self.stats)
         policy = ClaimPolicy(identifiers, setup.learner_id, pages, shared_order=setup.shared_order)
         loop = ClaimLoop(
             units=setup.units,

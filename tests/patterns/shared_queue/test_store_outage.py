@@ -1,0 +1,114 @@
+"""A store that fails for a while: the learner waits it out, says so, and loses nothing.
+
+An S3 brownout of a few seconds once killed learners whose reads ran out of the mailbox's
+retries (about a second of them). The loader and the recorder now keep retrying a
+transient failure for up to the lease, logging the outage at WARNING and its end at INFO;
+an outage past the lease still reaches the loop as ``WorkerError``
+(``test_shared_queue.py::test_mailbox_error_arrives_after_the_items_before_it_chained``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gradientmail import Mailbox, TransientBackendError
+from gradientmail.patterns.shared_queue import shared_queue
+
+UNITS = {f"u{i:02d}": i for i in range(8)}
+FAILURES = 3
+
+
+@pytest.fixture
+def box(local_box: Mailbox) -> Mailbox:
+    """``memory://`` and ``file://``: the patience is gradientmail's own, above the
+    Mailbox interface (see ``tests.support.rigs.local_rig``)."""
+    return local_box
+
+
+class Outage:
+    """Forwards to a mailbox; while :attr:`down` is set, every call fails as transient.
+
+    :attr:`failed` is set once :data:`FAILURES` calls failed during this outage.
+    """
+
+    def __init__(self, inner: Mailbox) -> None:
+        self.inner = inner
+        self.down = threading.Event()
+        self.failed = threading.Event()
+        self.failures = Counter[str]()
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if not callable(attribute) or name in {"supports"}:
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._fail_if_down(name)
+            return attribute(*args, **kwargs)
+
+        return call
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
+        """Fails part-way too: after the first key, while down."""
+        self._fail_if_down("list")
+        for n, key in enumerate(self.inner.list(prefix, start_after=start_after)):  # type: ignore[call-arg]
+            if n:
+                self._fail_if_down("list")
+            yield key
+
+    def _fail_if_down(self, name: str) -> None:
+        if not self.down.is_set():
+            return
+        with self._lock:
+            self.failures[name] += 1
+            if self.failures.total() >= FAILURES:
+                self.failed.set()
+        raise TransientBackendError(f"injected outage ({name})", key="k")
+
+
+def test_a_store_outage_shorter_than_the_lease_loses_nothing_and_is_logged(
+    box: Mailbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    outage = Outage(box)
+    got: list[tuple[str, int]] = []
+
+    def load(n: int) -> Iterator[tuple[str, int]]:
+        yield from ((f"u{n:02d}", k) for k in range(3))
+
+    def end_outage() -> None:
+        outage.failed.wait(30)
+        outage.down.clear()
+
+    ender = threading.Thread(target=end_outage)
+    caplog.set_level(logging.INFO, logger="gradientmail.patterns._patience")
+    with shared_queue(
+        UNITS,
+        mailbox=outage,  # type: ignore[arg-type]
+        learner_id="a",
+        load=load,
+        prefetch=1,
+    ) as queue:
+        for item in queue:
+            got.append(item)
+            if len(got) == 1:
+                # The loader, one item ahead, next records or claims into an outage; it
+                # ends once the store has failed FAILURES calls.
+                outage.down.set()
+                ender.start()
+        assert queue.stats.units_finished == len(UNITS)
+    ender.join()
+    assert outage.failed.is_set(), "nothing called the store during the outage"
+    assert sorted(got) == sorted((f"u{n:02d}", k) for n in UNITS.values() for k in range(3))
+    assert len(got) == len(set(got)), "an item was delivered twice"
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("retrying for up to 60 s" in r.getMessage() for r in warnings), warnings
+    assert any("learner 'a'" in r.getMessage() for r in warnings)
+    assert any("answered" in r.getMessage() and "again" in r.getMessage() for r in caplog.records)
+    assert not any("giving up" in r.getMessage() for r in warnings)
