@@ -366,6 +366,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "a learner opens epoch k+2 while a unit of k is still in progress",
     ),
     Mutant(
+        "exchange-writes-before-checking-the-head",
+        "_exchange/applier.py",
+        (("            if self._overtaken(head):\n", "            if False:\n"),),
+        (
+            "tests/torch/test_exchange.py::"
+            "test_a_learner_overtaken_while_it_computes_writes_no_fragments_of_the_lost_version",
+        ),
+        "a learner overtaken while it computes writes a whole version that then loses the swap",
+    ),
+    Mutant(
         "patience-gives-up-at-once",
         "patterns/_patience.py",
         (

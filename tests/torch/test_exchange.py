@@ -540,3 +540,49 @@ def test_a_version_collected_while_it_is_read_is_read_again_from_the_new_head() 
     assert not reader.armed, "the interleaving happened"
     assert version == 5
     assert torch.equal(flat(model), initial() - 10)
+
+
+class OvertakenWhileItComputes(Delegating):
+    """On the learner's first fragment read once armed, another learner applies an
+    exchange: the head moves on while this one reads and computes. Counts the fragments
+    this learner creates."""
+
+    def __init__(self, inner: Mailbox, advance: Callable[[], object]) -> None:
+        super().__init__(inner)
+        self.advance = advance
+        self.armed = False
+        self.created: list[str] = []
+
+    def get(self, key: str) -> bytes:
+        if self.armed and "/data/" in key:
+            self.armed = False
+            self.advance()
+        return self.inner.get(key)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if "/data/" in key:
+            self.created.append(key)
+        return self.inner.put_if_absent(key, data)
+
+
+def test_a_learner_overtaken_while_it_computes_writes_no_fragments_of_the_lost_version() -> None:
+    """The head is read again before the new version's fragments are written: a learner
+    that another overtook reads the newer version and computes again, having written
+    nothing, so a lost race costs one read of the model, not a write and a read."""
+    box = from_url("memory://exchange-overtaken")
+    watched = OvertakenWhileItComputes(box, partial(exact_steps, box, "other", 2, 1, 2, True))
+    model = integer_model()
+    fragments = -(-sum(p.numel() for p in model.parameters()) * 4 // 16)  # 16-byte fragments
+    with exact_exchange(model, watched, "a", every=1) as a:  # type: ignore[arg-type]
+        exact_steps(box, "first", steps=2, size=1, lockstep=True)  # a's cached version is old
+        watched.created.clear()
+        watched.armed = True
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 1
+        a.step()
+        wait_until(partial(_more, a, 0), 60, "the exchange")
+        assert not watched.armed, "the interleaving happened"
+        assert a.stats.conflicts == 1
+        assert len(watched.created) == fragments, "fragments written for a version that lost"
+    assert torch.equal(shared_now(box), initial() - 2 - 2 - 1)

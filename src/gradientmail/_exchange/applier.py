@@ -137,6 +137,8 @@ class Applier:
             weight = 0.0 if dropped else self.outer.weight(tau, active)
             new_parts, rule_state = rule.apply(parts, delta * weight, active, head.rule_state)
             state = torch.cat(new_parts)
+            if self._overtaken(head):
+                continue  # another learner swapped meanwhile: its version first, writing nothing
             version = head.version + 1
             token, count = store.write_state(version, state)
             head.learners[self.learner_id] = replace(
@@ -161,6 +163,15 @@ class Applier:
                 continue
             store.collect(new, gone)
             return self._done(new, state, tau, applied=not dropped)
+
+    def _overtaken(self, head: Head) -> bool:
+        """Whether the head moved on from ``head`` while this learner computed (one small
+        GET): a swap would then lose, so the new version's fragments are not written."""
+        again = self.store.read_head()
+        if again is not None and again[0].token == head.token:
+            return False
+        self.on_conflict()
+        return True
 
     def _state_of(self, head: Head) -> torch.Tensor:
         if self._cached is not None and self._cached[0] == head.token:

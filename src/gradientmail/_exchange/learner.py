@@ -48,6 +48,12 @@ class Exchange:
     parameters with compare-and-swap; a later :meth:`step` adopts the result, keeping the
     local steps made meanwhile. ``docs/exchange.md`` has the rules, layout and costs.
 
+    One exchange of a model in ``F`` fragments reads the head twice and, when another
+    learner applied since this one's last exchange, ``F`` fragments; it writes ``F``
+    fragments and swaps the head: ``2 x`` the model's size in the wire dtype at most, and
+    never a LIST but every 16th version's sweep. A lost race adds ``F`` reads, and ``F``
+    writes when the swap itself lost.
+
     Guarantees:
         * Entering publishes ``model``'s parameters if no shared version exists, else loads
           the current one into ``model``: every learner starts from the same weights.
