@@ -19,6 +19,8 @@ import pytest
 
 from gradientmail import Mailbox, TransientBackendError
 from gradientmail.patterns.shared_queue import shared_queue
+from tests.support.fault_profiles import ATTEMPTS, PROFILES
+from tests.support.faultproxy import FaultProxy, match
 
 UNITS = {f"u{i:02d}": i for i in range(8)}
 FAILURES = 3
@@ -112,3 +114,27 @@ def test_a_store_outage_shorter_than_the_lease_loses_nothing_and_is_logged(
     assert any("learner 'a'" in r.getMessage() for r in warnings)
     assert any("answered" in r.getMessage() and "again" in r.getMessage() for r in caplog.records)
     assert not any("giving up" in r.getMessage() for r in warnings)
+
+
+@pytest.mark.parametrize("store", ["s3", "gcs", "azure"])
+def test_a_burst_of_503s_on_the_wire_is_waited_out(
+    request: pytest.FixtureRequest, store: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same through the real SDKs: a proxy answers 503 to every request for as many as
+    four calls' retries, mid-run; the learner waits, then finishes every unit once."""
+    profile = PROFILES[store]
+    burst = 4 * ATTEMPTS
+    with FaultProxy(request.getfixturevalue(profile.endpoint)) as proxy:
+        box = profile.open_through(request.getfixturevalue(profile.rig), proxy.url)
+        caplog.set_level(logging.INFO, logger="gradientmail.patterns._patience")
+        got: list[int] = []
+        with shared_queue(UNITS, mailbox=box, learner_id="a", load=lambda n: [n], prefetch=1) as q:
+            for item in q:
+                got.append(item)
+                if len(got) == 1:
+                    rule = proxy.fail(match(), 503, times=burst)
+        assert rule.hits == burst, "the burst was not spent inside the run"
+    assert sorted(got) == sorted(UNITS.values())
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("retrying for up to 60 s" in m for m in messages), messages
+    assert any("answered" in m and "again" in m for m in messages), messages
