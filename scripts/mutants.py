@@ -376,6 +376,32 @@ MUTANTS: tuple[Mutant, ...] = (
         "a learner overtaken while it computes writes a whole version that then loses the swap",
     ),
     Mutant(
+        "renewal-loop-stops-after-a-failure",
+        "patterns/_leases.py",
+        (
+            (
+                "                    self.renew_error = exc  # the next period retries; "
+                "ensure_fresh fences\n",
+                "                    return\n",
+            ),
+        ),
+        (
+            "tests/patterns/test_lease_clock.py::"
+            "test_a_failed_background_renewal_is_retried_next_period_and_fences_nothing",
+        ),
+        "one failed background renewal ends the renewal thread: the lease then goes silent",
+    ),
+    Mutant(
+        "renewal-error-kept-after-success",
+        "patterns/_leases.py",
+        (("                    self.renew_error = None\n", ""),),
+        (
+            "tests/patterns/test_lease_clock.py::"
+            "test_a_failed_background_renewal_is_retried_next_period_and_fences_nothing",
+        ),
+        "a renewal that succeeds after a failed one leaves the old error reported",
+    ),
+    Mutant(
         "patience-gives-up-at-once",
         "patterns/_patience.py",
         (

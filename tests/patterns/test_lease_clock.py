@@ -8,6 +8,7 @@ the two lies the margin that makes a takeover safe.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -137,3 +138,50 @@ def test_a_stepped_wall_clock_moves_neither_freshness_nor_silence(
     assert not watcher.observe("h").dead
     clock.advance(DURATION - SAFE_FRACTION * DURATION + 0.02)  # past a duration since the sighting
     assert watcher.observe("h").dead  # not sooner, not later, whichever way the wall moved
+
+
+class FailsSomeRenewals(Delegating):
+    """Fails the conditional writes numbered in ``failing`` (1-based); ``seen`` is set once
+    the second write after the last of them was sent (so the first one was answered)."""
+
+    def __init__(self, inner: Mailbox, failing: set[int]) -> None:
+        super().__init__(inner)
+        self.failing = failing
+        self.writes = 0
+        self.errors_seen: list[BaseException | None] = []
+        self.lease: Lease | None = None
+        self.seen = threading.Event()
+
+    def put_if_match(self, *args: Any, **kwargs: Any) -> Any:
+        self.writes += 1
+        if self.lease is not None:
+            self.errors_seen.append(self.lease.renew_error)  # what the loop held before
+        if self.writes in self.failing:
+            raise BackendError("the store is down (injected)")
+        if self.writes > max(self.failing) + 1:
+            self.seen.set()
+        return self.inner.put_if_match(*args, **kwargs)
+
+
+def test_a_failed_background_renewal_is_retried_next_period_and_fences_nothing(
+    box: Mailbox,
+) -> None:
+    """Through the renewal thread: two renewals fail, the loop keeps the error, renews at
+    the next period and clears it; the holder never counted itself lost."""
+    lease = Lease(box, "leases/h", "h", duration=DURATION, period=0.02)
+    lease.acquire()
+    failing = FailsSomeRenewals(box, failing={1, 2})
+    failing.lease = lease
+    lease.mailbox = failing  # type: ignore[assignment]
+    lease.start()
+    try:
+        assert failing.seen.wait(10), "the renewal thread stopped after a failure"
+        before_fourth = failing.errors_seen[3]
+    finally:
+        lease.end()
+    first, second, third = failing.errors_seen[:3]
+    assert first is None
+    assert isinstance(second, BackendError), "the first failure was not kept"
+    assert isinstance(third, BackendError)
+    assert before_fourth is None, "a successful renewal left the old error"
+    assert not lease.lost
