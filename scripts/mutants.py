@@ -402,6 +402,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "a renewal that succeeds after a failed one leaves the old error reported",
     ),
     Mutant(
+        "pipeline-consumer-returns-without-its-fence",
+        "patterns/pipeline/_mailbox_consumer.py",
+        (
+            (
+                "            self._lease.ensure_fresh()\n        except LeaseLostError:\n",
+                "            pass\n        except LeaseLostError:\n",
+            ),
+        ),
+        (
+            "tests/patterns/pipeline/test_pipeline_consumer_clock.py::"
+            "test_a_consumer_acts_inside_its_window_and_stops_once_stale_and_unable_to_renew",
+        ),
+        "a pipeline consumer past its freshness that cannot renew still returns items",
+    ),
+    Mutant(
+        "pipeline-consumer-stop-error-masks-the-fence",
+        "patterns/pipeline/_mailbox_consumer.py",
+        (("        except BackendError as exc:\n", "        except KeyNotFoundError as exc:\n"),),
+        (
+            "tests/patterns/pipeline/test_pipeline_consumer_clock.py::"
+            "test_a_consumer_acts_inside_its_window_and_stops_once_stale_and_unable_to_renew",
+        ),
+        "a store error while recording a fenced consumer's stop replaces its LeaseLostError",
+    ),
+    Mutant(
         "patience-gives-up-at-once",
         "patterns/_patience.py",
         (

@@ -24,11 +24,13 @@ noted was delivered by its owner or taken over.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from gradientmail._errors import (
+    BackendError,
     ConfigurationError,
     KeyNotFoundError,
     LeaseLostError,
@@ -61,6 +63,8 @@ if TYPE_CHECKING:
     from gradientmail.patterns.pipeline._mailbox_run import MailboxRun
 
 __all__ = ["MailboxConsumer"]
+
+_log = logging.getLogger(__name__)
 
 
 _END = object()
@@ -134,28 +138,28 @@ class MailboxConsumer(Consumer[Any]):
         try:
             self._deliveries.wait()  # the item returned before this one is recorded
         except BaseException:
-            self._stop("failed")
+            self._fail()
             raise
         if entry is _END:
             self._stop("finished")
             raise StopIteration
         if isinstance(entry, (PipelineError, LeaseLostError)):
-            self._stop("failed")
+            self._fail()
             raise entry
         if isinstance(entry, CarriedError):
-            self._stop("failed")
+            self._fail()
             entry.reraise(f"the prefetch thread of pipeline consumer {self.id!r}")
         assert isinstance(entry, _Item)
         if entry.error is not None:
             self._deliveries.record(entry.held, failed=True)  # raised in the item's place
-            self._stop("failed")
+            self._fail()
             entry.error.reraise(f"the prefetch thread of pipeline consumer {self.id!r}")
         try:
             # No one can take this item over for at least a quarter of the lease after
             # this, far longer than recording its delivery takes.
             self._lease.ensure_fresh()
         except LeaseLostError:
-            self._stop("failed")
+            self._fail()
             raise
         self._deliveries.record(entry.held)
         self.stats.items += 1
@@ -167,6 +171,20 @@ class MailboxConsumer(Consumer[Any]):
         The lease ends ``released``, so other consumers take those items over at once.
         """
         self._stop("released")
+
+    def _fail(self) -> None:
+        """Stop as ``failed`` just before an error is raised. A store error while ending the
+        lease is logged, never raised in that error's place: observers then see the lease
+        go silent and take its items over, as after a crash."""
+        try:
+            self._stop("failed")
+        except BackendError as exc:
+            _log.warning(
+                "pipeline consumer %r could not record that it stopped (%s); its lease will "
+                "expire instead",
+                self.id,
+                exc,
+            )
 
     def _stop(self, state: str) -> None:
         """Stop the threads, let the last delivery record land, then end the lease.
