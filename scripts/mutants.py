@@ -427,6 +427,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "a store error while recording a fenced consumer's stop replaces its LeaseLostError",
     ),
     Mutant(
+        "fenced-learner-reads-released",
+        "patterns/shared_queue/_consumer.py",
+        (
+            (
+                "            state.done = state.fenced = True  # taken over, or too stale",
+                "            state.done = True  # taken over, or too stale",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_fenced_close.py::"
+            "test_a_learner_fenced_for_a_stale_lease_raises_lease_lost_and_never_reads_finished",
+        ),
+        "a learner fenced for a stale lease records its lease as released, not failed",
+    ),
+    Mutant(
         "patience-gives-up-at-once",
         "patterns/_patience.py",
         (

@@ -123,6 +123,9 @@ class SharedQueue(Generic[T]):
                     self.stats.run_complete = not self._unfinished and not self._pending
                     raise StopIteration
                 self._waited(bell.wait(seen))
+        except LeaseLostError:
+            state.done = state.fenced = True  # taken over, or too stale to renew in time
+            raise
         except BaseException:
             state.done = True
             raise
@@ -265,8 +268,14 @@ class SharedQueue(Generic[T]):
         state.ended.clear()
         self.stats.lease_renewals = self._lease.renewals
         failed = next((run.error for run in runs if run.gated and run.error is not None), None)
-        if fenced or self._lease.lost:
-            self._lease.end()  # stops renewing; a lost lease is left as it was written
+        if fenced or state.fenced or self._lease.lost:
+            # Stops renewing. A lost lease is left as it was written; one fenced for being
+            # too stale to renew reads ``failed`` if the store takes the write, and else
+            # expires (the store error must not replace the LeaseLostError being raised).
+            try:
+                self._lease.end("failed")
+            except BackendError as exc:
+                self.release_error = error or exc
         else:
             try:
                 self._lease.end("finished" if state.exhausted and failed is None else "released")
@@ -281,10 +290,12 @@ class _State:
     """Where the consumer is: iterating, done (no more items), exhausted (every epoch
     ended, not left early), closed."""
 
-    __slots__ = ("closed", "done", "ended", "exhausted", "gate")
+    __slots__ = ("closed", "done", "ended", "exhausted", "fenced", "gate")
 
     def __init__(self) -> None:
         self.done = False
+        #: The loop raised ``LeaseLostError``: nothing is released or recorded finished.
+        self.fenced = False
         self.exhausted = False
         self.closed = False
         #: Ended epochs whose last completions wait for the gate, closed by ``close``.
