@@ -45,9 +45,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from gradientmail._errors import ConfigurationError
+from gradientmail._forwarding import Forwarding
 from gradientmail.mailbox import (
     BytesLike,
-    Capability,
     Mailbox,
     SupportsListStartAfter,
     Version,
@@ -173,7 +173,7 @@ class RequestCounts(Mapping[tuple[str, str], int]):
         return dict(out)
 
 
-class LatencyMailbox:
+class LatencyMailbox(Forwarding):
     """A :class:`~gradientmail.Mailbox` that delays and counts each request to ``inner``.
 
     Every method delegates to ``inner`` after waiting one latency drawn from ``latency``
@@ -244,26 +244,7 @@ class LatencyMailbox:
             self._counts = Counter()
         return snapshot
 
-    # -- the Mailbox protocol, delegated -------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """``inner``'s URL."""
-        return self.inner.url
-
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        """``inner``'s capabilities."""
-        return self.inner.capabilities
-
-    def supports(self, capability: Capability) -> bool:
-        """Whether ``inner`` declares ``capability``."""
-        return self.inner.supports(capability)
-
-    @property
-    def max_key_bytes(self) -> int:
-        """``inner``'s longest key."""
-        return self.inner.max_key_bytes
+    # -- the Mailbox protocol, delegated (the declarations by Forwarding) ---------------------
 
     def put_if_absent(self, key: str, data: BytesLike) -> bool:
         """``inner.put_if_absent``, counted as ``create``."""

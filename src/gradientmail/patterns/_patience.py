@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from gradientmail._errors import TransientBackendError
-from gradientmail.mailbox import BytesLike, Capability, Mailbox, Version
+from gradientmail._forwarding import Forwarding
+from gradientmail.mailbox import BytesLike, Mailbox, Version
 
 __all__ = ["Patient"]
 
@@ -44,7 +45,7 @@ FIRST_PAUSE_S = 0.1
 MAX_PAUSE_S = 2.0
 
 
-class Patient:
+class Patient(Forwarding):
     """A :class:`~gradientmail.Mailbox` that retries transient failures for ``patience`` s.
 
     Args:
@@ -65,23 +66,6 @@ class Patient:
         except (TypeError, ValueError):
             parameters = {}  # type: ignore[assignment]
         self._start_after = "start_after" in parameters
-
-    # -- what the mailbox declares, unchanged ---------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        return self.inner.capabilities
-
-    def supports(self, capability: Capability) -> bool:
-        return self.inner.supports(capability)
-
-    @property
-    def max_key_bytes(self) -> int:
-        return self.inner.max_key_bytes
 
     # -- calls, retried -------------------------------------------------------------------------
 

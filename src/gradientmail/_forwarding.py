@@ -1,0 +1,34 @@
+"""What every mailbox wrapper passes through unchanged: the inner mailbox's declarations."""
+
+from __future__ import annotations
+
+from gradientmail.mailbox import Capability, Mailbox
+
+__all__ = ["Forwarding"]
+
+
+class Forwarding:
+    """Base for a wrapper around the mailbox ``inner``: its URL, capabilities and key limit
+    are ``inner``'s, so code behind the wrapper behaves as it would on ``inner``. A subclass
+    sets ``inner`` and implements the calls."""
+
+    inner: Mailbox
+
+    @property
+    def url(self) -> str:
+        """``inner``'s URL."""
+        return self.inner.url
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """``inner``'s capabilities."""
+        return self.inner.capabilities
+
+    def supports(self, capability: Capability) -> bool:
+        """Whether ``inner`` declares ``capability``."""
+        return self.inner.supports(capability)
+
+    @property
+    def max_key_bytes(self) -> int:
+        """``inner``'s longest key."""
+        return self.inner.max_key_bytes
