@@ -442,6 +442,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "a learner fenced for a stale lease records its lease as released, not failed",
     ),
     Mutant(
+        "status-calls-an-expired-lease-lost",
+        "status.py",
+        (
+            (
+                '            return "expired"  # silent past the lease, and not declared lost',
+                '            return "lost"  # silent past the lease, and not declared lost',
+            ),
+        ),
+        (
+            "tests/core/test_status_liveness.py::"
+            "test_a_lease_unrenewed_past_its_lease_reads_expired_never_lost_and_the_run_stalled",
+        ),
+        "status calls a learner lost when only its lease expired: it may be merely paused",
+    ),
+    Mutant(
         "patience-gives-up-at-once",
         "patterns/_patience.py",
         (

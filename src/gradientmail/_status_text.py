@@ -68,6 +68,8 @@ def format_status(status: RunStatus) -> str:
             state = f"failed ({r['error']})"
         if state == "silent" and number(r.get("lost_in_s")):
             state = f"silent (lost in {_duration(float(r['lost_in_s']))})"
+        elif state == "expired" and number(r.get("silent_s")):
+            state = f"expired (unrenewed {_duration(float(r['silent_s']))})"
         updated = r.get("seen_at", r.get("updated_at"))
         age = f"{_duration(status.now - float(updated))} ago" if number(updated) else "never"
         rate = r.get("rate")
@@ -122,8 +124,9 @@ def format_status(status: RunStatus) -> str:
         lines.append("run complete: every unit is done")
     elif status.stalled:
         lines.append(
-            "stalled: work is left but no live learner holds a lease; start a learner with "
-            "the same job to finish it (it resumes where the run stopped)"
+            "stalled: work is left but no learner renews its lease (each died, or is "
+            "paused); start a learner with the same job to finish it (it resumes where the "
+            "run stopped)"
         )
     if not status.takeovers:
         lines.append(

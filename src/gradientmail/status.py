@@ -12,11 +12,15 @@ Learners
       its renewal periods) but is not lost yet: a learner that died, or one paused or
       holding the GIL. The time is how long until this report calls it lost; its units
       wait that long, and the ETA counts that wait;
-    * ``finished`` / ``failed`` (with the error's type) / ``released`` (left early);
-    * ``lost``: its lease was declared lost by another learner, or was not renewed for
-      longer than the lease by the renewal time it records. That time is the learner's wall
+    * ``expired (unrenewed 2m)``: its lease was not renewed for longer than 1.5 leases,
+      and no learner declared it lost: it died, or it is paused (as every learner is when
+      none is left to declare it). Units it holds wait for a learner to take them over. The
+      time is measured against the renewal time the lease records, the learner's wall
       clock, so a large clock difference between hosts can mislabel a learner here; the
-      learners themselves never rely on it. A lost learner has no ETA.
+      learners themselves never rely on it. An expired learner counts as not running;
+    * ``finished`` / ``failed`` (with the error's type) / ``released`` (left early);
+    * ``lost``: another learner declared its lease lost and took its units over. A lost
+      learner has no ETA.
 
     Rows are sorted by learner id with numbers in numeric order (``rank2`` before
     ``rank10``), so DataLoader workers (``rank0-w0``, ``rank0-w1``) follow their rank.
@@ -119,7 +123,7 @@ def _learner_state(record: dict[str, Any], lease: dict[str, Any] | None, now: fl
             return "lost"
         expired = number(renewed) and number(duration) and now - renewed > EXPIRED_AFTER * duration
         if state == "running" and expired:
-            return "lost"
+            return "expired"  # silent past the lease, and not declared lost by anyone
         if _silence(lease, now) is not None and record.get("state") in (None, "running"):
             return "silent"
         if state in ("released", "finished") and record.get("state") in (None, "running"):
@@ -204,6 +208,8 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         silence = _silence(lease, now)
         if row["state"] == "silent" and silence is not None:
             row["silent_s"], row["lost_in_s"] = silence
+        elif row["state"] == "expired" and silence is not None:
+            row["silent_s"] = silence[0]
         renewed = (lease or {}).get("renewed_at")
         lease_epoch = (lease or {}).get("epoch")
         if isinstance(lease_epoch, int):
@@ -262,9 +268,10 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
     ``stalled``, ``eta_s`` (``null`` if unknown), ``unfinished_epochs`` ({epoch: units
     left}, epochs before the one shown), ``done_per_epoch`` ({epoch: units done}, every
     epoch up to the newest), ``learners`` (one object per row, sorted like the table:
-    ``learner``, ``state`` (``running``, ``silent``, ``finished``, ``failed``,
-    ``released``, ``lost``), ``epoch`` (the oldest epoch its lease names), ``epochs`` (the
-    epochs it works in, where its epochs flow and two are open) and, where recorded,
+    ``learner``, ``state`` (``running``, ``silent``, ``expired``, ``finished``,
+    ``failed``, ``released``, ``lost``), ``epoch`` (the oldest epoch its lease names),
+    ``epochs`` (the epochs it works in, where its epochs flow and two are open) and, where
+    recorded,
     the other keys of ``_LEARNER_FIELDS``:
     counts, ``rate`` (samples/s), seconds and unix times), and ``unreadable`` (keys).
     New keys may be added; existing ones keep their meaning.

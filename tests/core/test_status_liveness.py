@@ -63,6 +63,32 @@ def test_a_lease_that_missed_renewals_reads_silent_with_the_time_until_lost(
     assert not status.stalled
 
 
+def test_a_lease_unrenewed_past_its_lease_reads_expired_never_lost_and_the_run_stalled(
+    box: Mailbox,
+) -> None:
+    """Silent for longer than 1.5 leases and declared lost by no one: the learner may be
+    dead, or paused (as every learner is when none is left to declare it). Status says
+    expired, and for how long; the run, with no learner renewing a lease, reads stalled."""
+    units = {f"u{i}": i for i in range(4)}
+    with shared_queue(units, mailbox=box, learner_id="left", load=lambda u: [u]) as q:
+        for n, _ in enumerate(q):
+            if n == 1:
+                break  # one unit done, the rest released: this learner's lease says released
+    box.put("units/u3", json.dumps({"owner": "paused", "token": "t", "claimed_at": 0}).encode())
+    put_progress(box, "paused", reported_ago=100)
+    put_lease(box, "paused", renewed_ago=100)  # a 60 s lease, unrenewed for 100 s
+    status = read_status(box)
+    row = next(r for r in status.learners if r["learner"] == "paused")
+    assert row["state"] == "expired"
+    assert row["silent_s"] == pytest.approx(100, abs=2)
+    assert "lost_in_s" not in row
+    assert status.stalled
+    assert status.eta() is None
+    line = next(x for x in format_status(status).splitlines() if x.startswith("paused"))
+    assert f"expired (unrenewed {row['silent_s']:.0f}s)" in line
+    assert " lost" not in line
+
+
 def test_the_eta_waits_for_a_silent_learner_holding_units(box: Mailbox) -> None:
     units = {f"u{i}": i for i in range(4)}
     with shared_queue(units, mailbox=box, learner_id="fast", load=lambda u: [u]) as q:
