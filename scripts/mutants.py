@@ -457,6 +457,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "status calls a learner lost when only its lease expired: it may be merely paused",
     ),
     Mutant(
+        "pipeline-consumer-without-patience",
+        "patterns/pipeline/_mailbox_consumer.py",
+        (
+            (
+                "        box = Patient(core.mailbox, settings.lease, "
+                "self._worker.stop_event, what)\n",
+                "        box = core.mailbox\n",
+            ),
+        ),
+        ("tests/patterns/pipeline/test_pipeline_outage.py",),
+        "a pipeline consumer dies on the first transient store failure past the mailbox's "
+        "own retries",
+    ),
+    Mutant(
         "patience-gives-up-at-once",
         "patterns/_patience.py",
         (

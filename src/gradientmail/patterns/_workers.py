@@ -302,6 +302,11 @@ class Worker:
         """Whether :meth:`stop` was called."""
         return self._stop.is_set()
 
+    @property
+    def stop_event(self) -> threading.Event:
+        """Set once :meth:`stop` was called (for waits that must end with the thread)."""
+        return self._stop
+
     def start(self) -> Worker:
         """Start the thread (once)."""
         if not self._thread.is_alive() and self._thread.ident is None:

@@ -42,6 +42,7 @@ from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._claims import create_settled
 from gradientmail.patterns._hash_ring import point
 from gradientmail.patterns._leases import LeaseWatcher
+from gradientmail.patterns._patience import Patient
 from gradientmail.patterns._workers import Backoff, CarriedError, HandoffBuffer, Worker
 from gradientmail.patterns.pipeline._deliveries import DeliveryRecorder
 from gradientmail.patterns.pipeline._item_claims import HeldItem, ItemClaims
@@ -97,31 +98,34 @@ class MailboxConsumer(Consumer[Any]):
         except ConfigurationError as exc:
             raise ConfigurationError(
                 f"consumer id {consumer_id!r} is in use by a live consumer of the pipeline in "
-                f"{self._box.url} (it renews its lease {self._lease.key!r}); give each open "
+                f"{core.mailbox.url} (it renews its lease {self._lease.key!r}); give each open "
                 "consumer its own id, or leave consumer_id unset for a unique default"
             ) from exc
         self._lease.start()
         self._lease_ended = False
-        self._claims = ItemClaims(self._box, consumer_id, self._lease.incarnation)
+        self._worker = Worker(f"gradientmail-consumer-{consumer_id}", self._run)
+        # The prefetch thread and the delivery recorder ride out a store outage shorter
+        # than the lease; the lease renews on its own schedule with the mailbox itself.
+        what = f"pipeline consumer {consumer_id!r}"
+        box = Patient(core.mailbox, settings.lease, self._worker.stop_event, what)
+        self._claims = ItemClaims(box, consumer_id, self._lease.incarnation)
         self._deliveries = DeliveryRecorder(
             self._claims, self.stats, f"gradientmail-deliveries-{consumer_id}"
         )
         self._undelivered = Undelivered(
             self._claims,
-            LeaseWatcher(self._box, CONSUMER_LEASES, duration=settings.lease),
+            LeaseWatcher(box, CONSUMER_LEASES, duration=settings.lease),
             settings.heartbeat_interval,
         )
-        self._producers = ProducerWatch(
-            self._box, core.declared, settings, consumer_id, time.monotonic()
-        )
+        self._producers = ProducerWatch(box, core.declared, settings, consumer_id, time.monotonic())
         # Consumers start their round robin at different producers, so they collide less.
         self._turn = point(consumer_id) % len(self._cursors)
-        self._worker = Worker(f"gradientmail-consumer-{consumer_id}", self._run)
         self._worker.start()
 
     @property
     def _box(self) -> Mailbox:
-        return self._core.mailbox
+        """The run's mailbox, behind the patience of the prefetch thread and the recorder."""
+        return self._claims.mailbox
 
     @property
     def _cursors(self) -> list[Cursor]:

@@ -1,0 +1,55 @@
+"""A mailbox wrapper that fails every call while an outage lasts, for the patience tests."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from gradientmail import Mailbox, TransientBackendError
+
+#: Failed calls after which :attr:`Outage.failed` is set.
+FAILURES = 3
+
+
+class Outage:
+    """Forwards to a mailbox; while :attr:`down` is set, every call fails as transient.
+
+    :attr:`failed` is set once :data:`FAILURES` calls failed during this outage.
+    """
+
+    def __init__(self, inner: Mailbox) -> None:
+        self.inner = inner
+        self.down = threading.Event()
+        self.failed = threading.Event()
+        self.failures = Counter[str]()
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if not callable(attribute) or name in {"supports"}:
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._fail_if_down(name)
+            return attribute(*args, **kwargs)
+
+        return call
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
+        """Fails part-way too: after the first key, while down."""
+        self._fail_if_down("list")
+        for n, key in enumerate(self.inner.list(prefix, start_after=start_after)):  # type: ignore[call-arg]
+            if n:
+                self._fail_if_down("list")
+            yield key
+
+    def _fail_if_down(self, name: str) -> None:
+        if not self.down.is_set():
+            return
+        with self._lock:
+            self.failures[name] += 1
+            if self.failures.total() >= FAILURES:
+                self.failed.set()
+        raise TransientBackendError(f"injected outage ({name})", key="k")
