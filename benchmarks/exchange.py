@@ -407,8 +407,10 @@ def figures(result: dict[str, Any], target: float, ddp_time: float) -> dict[str,
     if stats:
         exchanges = max(1, sum(s.exchanges for s in stats))
         row["blocked"] = statistics.fmean(s.blocked_s for s in stats) / result["wall"]
-        row["bytes"] = sum(s.bytes_read + s.bytes_written for s in stats) / exchanges
-        row["requests"] = sum(s.requests for s in stats) / exchanges
+        row["bytes"] = (
+            sum(s.traffic.bytes_read + s.traffic.bytes_written for s in stats) / exchanges
+        )
+        row["requests"] = sum(s.traffic.requests for s in stats) / exchanges
         row["conflicts"] = sum(s.conflicts for s in stats)
         row["stale_mean"] = sum(s.staleness_sum for s in stats) / exchanges
         row["stale_max"] = max(s.staleness_max for s in stats)

@@ -303,9 +303,9 @@ def learner_process(
                 record = {
                     "units": stats.units_claimed,
                     "conflicts": stats.conflicts_lost,
-                    "listings": stats.listings,
-                    "wait_scans": stats.wait_scans,
-                    "renewals": stats.lease_renewals,
+                    "listings": stats.cost.listings,
+                    "wait_scans": stats.cost.wait_scans,
+                    "renewals": stats.cost.lease_renewals,
                     "reclaimed": stats.units_reclaimed,
                 }
             else:

@@ -232,8 +232,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_waiting.py",
         (
             (
-                "        if not self.holdings.wait_at_most(0) or self.closing.is_set():\n",
-                "        if self.closing.is_set():\n",
+                "        if not self.scope.holdings.wait_at_most(0) or self.scope.closing.is_set():\n",
+                "        if self.scope.closing.is_set():\n",
             ),
         ),
         ("tests/patterns/shared_queue/test_waiting.py",),
@@ -590,8 +590,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_loader.py",
         (
             (
-                "        self.stats.units_done_before += done",
-                "        self.stats.units_done_before = done",
+                "        stats.units_done_before += done",
+                "        stats.units_done_before = done",
             ),
         ),
         (
@@ -626,8 +626,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_waiting.py",
         (
             (
-                "        self.closing.wait(min(NOTICE_S, self._poll_at - now))",
-                "        self.closing.wait(self._poll_at - now)",
+                "        self.scope.closing.wait(min(NOTICE_S, self._poll_at - now))",
+                "        self.scope.closing.wait(self._poll_at - now)",
             ),
         ),
         ("tests/patterns/shared_queue/test_end_notice.py",),
@@ -686,7 +686,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_waiting.py",
         (
             (
-                "        if not self.claims.cas or not self.wait_for_others:\n",
+                "        if not self.scope.claims.cas or not self.wait_for_others:\n",
                 "        if not self.wait_for_others:\n",
             ),
         ),

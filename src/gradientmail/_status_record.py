@@ -5,12 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-__all__ = ["RunStatus", "number"]
+__all__ = ["EpochProgress", "RunStatus", "number"]
 
 
 def number(value: object) -> TypeGuard[float]:
     """Whether ``value`` is a number in a record (an int or float, not a bool)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class EpochProgress:
+    """The run's epochs beside the one a status shows."""
+
+    #: the newest epoch with any key.
+    newest: int = 0
+    #: whether the epoch shown has any claim or completion (an epoch asked for with
+    #: ``--epoch`` may not have started).
+    started: bool = True
+    #: units done in each epoch that has begun, epoch -> units done (0 up to the newest).
+    done: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -36,12 +49,8 @@ class RunStatus:
     learners: list[dict[str, Any]] = field(default_factory=list)
     #: keys that could not be read as records (named in the report, never fatal).
     unreadable: list[str] = field(default_factory=list)
-    #: the newest epoch with any key; whether the epoch shown has any claim or completion
-    #: (an epoch asked for with ``--epoch`` may not have started).
-    newest_epoch: int = 0
-    epoch_started: bool = True
-    #: units done in each epoch that has begun, epoch -> units done (0 up to the newest).
-    done_per_epoch: dict[int, int] = field(default_factory=dict)
+    #: the other epochs: the newest, whether the one shown began, units done in each.
+    epochs: EpochProgress = field(default_factory=EpochProgress)
 
     @property
     def unfinished_epochs(self) -> dict[int, int]:
@@ -50,7 +59,7 @@ class RunStatus:
             return {}
         return {
             k: self.total - done
-            for k, done in sorted(self.done_per_epoch.items())
+            for k, done in sorted(self.epochs.done.items())
             if k < self.epoch and done < self.total
         }
 
@@ -90,7 +99,7 @@ class RunStatus:
     @property
     def stalled(self) -> bool:
         """Work is left, learners were here, and none of them is running."""
-        started = self.epoch_started
+        started = self.epochs.started
         return started and not self.complete and bool(self.learners) and not self.running
 
     @property

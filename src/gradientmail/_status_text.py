@@ -58,7 +58,7 @@ def format_status(status: RunStatus) -> str:
         "data wait %",
         "last seen",
     )
-    epochs = status.newest_epoch > 0 or any(r.get("epoch") for r in status.learners)
+    epochs = status.epochs.newest > 0 or any(r.get("epoch") for r in status.learners)
     if epochs:
         header = (*header[:2], "epoch", *header[2:])
     rows = []
@@ -109,8 +109,8 @@ def format_status(status: RunStatus) -> str:
         f"units{epoch}: {status.done} done of {total}, {status.in_progress} in progress, "
         f"{status.reclaimed} reclaimed, {free} free; ETA {eta}"
     )
-    if len(status.done_per_epoch) > 1:
-        per = ", ".join(f"{k}: {done}" for k, done in sorted(status.done_per_epoch.items()))
+    if len(status.epochs.done) > 1:
+        per = ", ".join(f"{k}: {done}" for k, done in sorted(status.epochs.done.items()))
         lines.append(f"units done per epoch: {per} (of {total} each)")
     older = ", ".join(
         f"epoch {k} ({left} left)" for k, left in sorted(status.unfinished_epochs.items())

@@ -57,7 +57,7 @@ import time
 from typing import Any
 
 from gradientmail._status_plot import lane_of, plot_gantt
-from gradientmail._status_record import RunStatus, number
+from gradientmail._status_record import EpochProgress, RunStatus, number
 from gradientmail._status_text import data_wait_share, format_status
 from gradientmail.backends._options import redact
 from gradientmail.mailbox import Capability, Mailbox
@@ -71,6 +71,7 @@ from gradientmail.patterns._run_layout import (
 )
 
 __all__ = [
+    "EpochProgress",
     "RunStatus",
     "as_json",
     "data_wait_share",
@@ -233,9 +234,11 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
         takeovers=mailbox.supports(Capability.COMPARE_AND_SWAP),
         learners=rows,
         unreadable=unreadable,
-        newest_epoch=newest,
-        epoch_started=layout.epoch == 0 or next(iter(mailbox.list(layout.base)), None) is not None,
-        done_per_epoch=done_per_epoch,
+        epochs=EpochProgress(
+            newest=newest,
+            started=layout.epoch == 0 or next(iter(mailbox.list(layout.base)), None) is not None,
+            done=done_per_epoch,
+        ),
     )
 
 
@@ -286,8 +289,8 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
         "url": redact(url),
         "now": status.now,
         "epoch": status.epoch,
-        "newest_epoch": status.newest_epoch,
-        "epoch_started": status.epoch_started,
+        "newest_epoch": status.epochs.newest,
+        "epoch_started": status.epochs.started,
         "units": {
             "total": status.total,
             "done": status.done,
@@ -300,7 +303,7 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
         "stalled": status.stalled,
         "eta_s": status.eta(),
         "unfinished_epochs": {str(k): v for k, v in sorted(status.unfinished_epochs.items())},
-        "done_per_epoch": {str(k): v for k, v in sorted(status.done_per_epoch.items())},
+        "done_per_epoch": {str(k): v for k, v in sorted(status.epochs.done.items())},
         "learners": learners,
         "unreadable": list(status.unreadable),
     }

@@ -74,7 +74,7 @@ from __future__ import annotations
 
 from gradientmail._exchange.learner import Exchange
 from gradientmail._exchange.rules import Average, DelayedNesterov
-from gradientmail._exchange.stats import ExchangeStats
+from gradientmail._exchange.stats import ExchangeStats, ExchangeTraffic
 from gradientmail._exchange.store import load_shared
 from gradientmail._torch_data.dataset import SharedQueueDataset
 from gradientmail._torch_data.loader import SharedQueueLoader
@@ -84,6 +84,7 @@ __all__ = [
     "DelayedNesterov",
     "Exchange",
     "ExchangeStats",
+    "ExchangeTraffic",
     "SharedQueueDataset",
     "SharedQueueLoader",
     "load_shared",

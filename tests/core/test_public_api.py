@@ -136,6 +136,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "DEFAULT_LEASE",
         "MANIFEST_KEY",
         "ProgressReporter",
+        "QueueCost",
         "QueueStats",
         "SharedQueue",
         "UNITS_PREFIX",
@@ -144,6 +145,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "gradientmail.session": ["LEARNERS_PREFIX", "Session", "active_session"],
     "gradientmail.status": [
+        "EpochProgress",
         "RunStatus",
         "as_json",
         "data_wait_share",
@@ -168,6 +170,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "DelayedNesterov",
         "Exchange",
         "ExchangeStats",
+        "ExchangeTraffic",
         "SharedQueueDataset",
         "SharedQueueLoader",
         "load_shared",

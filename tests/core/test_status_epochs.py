@@ -52,7 +52,7 @@ def test_an_epoch_that_never_started_is_said_so_not_stalled(
     assert "has not started" in err
     assert "the newest epoch with any claim is 1" in err
     status = read_status(from_url(url), 5)
-    assert not status.epoch_started
+    assert not status.epochs.started
     assert not status.stalled
 
 
@@ -85,7 +85,7 @@ def test_each_learners_epoch_and_the_units_done_in_each_epoch_are_shown(
     run_epoch(url, 0)
     run_epoch(url, 1, stop_after=3)  # two units of epoch 1 done, two left
     status = read_status(from_url(url))
-    assert status.done_per_epoch == {0: 4, 1: 2}
+    assert status.epochs.done == {0: 4, 1: 2}
     assert [row.get("epoch") for row in status.learners] == [1]
     text = format_status(status)
     header, _, row = text.splitlines()[:3]
@@ -93,7 +93,7 @@ def test_each_learners_epoch_and_the_units_done_in_each_epoch_are_shown(
     assert row.split()[0::2][:2] == ["a", "1"]
     assert "units done per epoch: 0: 4, 1: 2 (of 4 each)" in text
     # Shown from an older epoch, the newer one's count is there too.
-    assert read_status(from_url(url), 0).done_per_epoch == {0: 4, 1: 2}
+    assert read_status(from_url(url), 0).epochs.done == {0: 4, 1: 2}
     assert main(["status", url, "--json"]) in (0, 1)
     doc = json.loads(capsys.readouterr().out)
     assert doc["done_per_epoch"] == {"0": 4, "1": 2}

@@ -73,10 +73,10 @@ def run(args: argparse.Namespace) -> int:
     while True:
         status = read_status(mailbox, args.epoch)
         models = format_shared_models(read_shared_models(mailbox))
-        if status.exists and not status.epoch_started:
+        if status.exists and not status.epochs.started:
             print(
                 f"epoch {status.epoch} of the run at {mailbox.url} has not started: the newest "
-                f"epoch with any claim is {status.newest_epoch}",
+                f"epoch with any claim is {status.epochs.newest}",
                 file=sys.stderr,
             )
             return 1

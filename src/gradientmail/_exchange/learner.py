@@ -171,9 +171,7 @@ class Exchange:
             return replace(
                 self._stats,
                 unknown_outcomes=self._applier.membership.unknown_outcomes,
-                requests=store.requests,
-                bytes_read=store.bytes_read,
-                bytes_written=store.bytes_written,
+                traffic=store.traffic,
             )
 
     def __enter__(self) -> Exchange:

@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+__all__ = ["ExchangeStats", "ExchangeTraffic"]
+
+
+@dataclass(frozen=True)
+class ExchangeTraffic:
+    """Requests sent to the store and value bytes moved: the values' bytes and the head
+    records', not the protocol's headers."""
+
+    requests: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    def plus(self, *, requests: int = 0, read: int = 0, written: int = 0) -> ExchangeTraffic:
+        """This traffic and ``requests`` more, having read and written that many bytes."""
+        return ExchangeTraffic(
+            self.requests + requests, self.bytes_read + read, self.bytes_written + written
+        )
 
 
 @dataclass(frozen=True)
@@ -12,9 +30,8 @@ class ExchangeStats:
     ``blocked_s`` is the time :meth:`Exchange.step` spent in the training loop's thread
     (adopting a version, copying a snapshot); the store is never waited on there, except
     when leaving. ``staleness_*`` count versions other learners applied between this
-    learner's anchor and its exchange. ``requests``, ``bytes_read`` and ``bytes_written``
-    count this learner's traffic to the shared model (joining included): the values' bytes
-    and the head records', not the protocol's headers.
+    learner's anchor and its exchange. ``traffic`` counts this learner's requests and bytes
+    to the shared model, joining included.
     """
 
     steps: int = 0
@@ -27,12 +44,12 @@ class ExchangeStats:
     staleness_last: int = 0
     staleness_sum: int = 0
     staleness_max: int = 0
-    requests: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
+    traffic: ExchangeTraffic = field(default_factory=ExchangeTraffic)
 
     @property
     def staleness_mean(self) -> float:
+        """Versions others applied between this learner's anchor and its exchange, on
+        average over its exchanges."""
         return self.staleness_sum / self.exchanges if self.exchanges else 0.0
 
     def counted(self, *, version: int, tau: int, applied: bool) -> ExchangeStats:

@@ -18,13 +18,14 @@ plus what killed writers left since the last 16th version.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from gradientmail._errors import ConfigurationError, InvalidDataError, KeyNotFoundError
 from gradientmail._exchange.layout import Head, Keys, new_data_token, token_version
+from gradientmail._exchange.stats import ExchangeTraffic
 from gradientmail.mailbox import Mailbox, Version
 from gradientmail.patterns._claims import decode_record, encode_record
 
@@ -84,10 +85,8 @@ class SharedStore:
     wire: torch.dtype
     fragment_bytes: int
     keep: int
-    #: Traffic so far: requests sent and value bytes moved, for ``Exchange.stats``.
-    requests: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
+    #: Requests and bytes so far, for ``Exchange.stats``.
+    traffic: ExchangeTraffic = field(default_factory=ExchangeTraffic)
 
     def fragments_for(self, elements: int) -> int:
         itemsize = torch.empty((), dtype=self.wire).element_size()
@@ -122,12 +121,12 @@ class SharedStore:
     # -- the head ---------------------------------------------------------------------------
 
     def read_head(self) -> tuple[Head, Version] | None:
-        self.requests += 1
+        self.traffic = self.traffic.plus(requests=1)
         try:
             data, version = self.mailbox.get_versioned(self.keys.head)
         except KeyNotFoundError:
             return None
-        self.bytes_read += len(data)
+        self.traffic = self.traffic.plus(read=len(data))
         return Head.decode(data, self.keys.head), version
 
     def read_head_plain(self) -> Head | None:
@@ -146,14 +145,12 @@ class SharedStore:
     def swap_head(self, head: Head, expected: Version) -> Version | None:
         """Compare-and-swap the head; ``None`` when another write came first."""
         data = head.encode()
-        self.requests += 1
-        self.bytes_written += len(data)
+        self.traffic = self.traffic.plus(requests=1, written=len(data))
         return self.mailbox.put_if_match(self.keys.head, data, expected)
 
     def create_head(self, head: Head) -> bool:
         data = head.encode()
-        self.requests += 1
-        self.bytes_written += len(data)
+        self.traffic = self.traffic.plus(requests=1, written=len(data))
         return self.mailbox.put_if_absent(self.keys.head, data)
 
     # -- versions ---------------------------------------------------------------------------
@@ -171,8 +168,8 @@ class SharedStore:
             except KeyNotFoundError as exc:
                 raise Superseded(head.token) from exc
             finally:
-                self.requests += 1
-        self.bytes_read += sum(len(chunk) for chunk in chunks)
+                self.traffic = self.traffic.plus(requests=1)
+        self.traffic = self.traffic.plus(read=sum(len(chunk) for chunk in chunks))
         return from_wire(b"".join(chunks), self.wire)
 
     def write_state(self, version: int, state: torch.Tensor) -> tuple[str, int]:
@@ -182,8 +179,7 @@ class SharedStore:
         itemsize = torch.empty((), dtype=self.wire).element_size()
         step = max(itemsize, self.fragment_bytes // itemsize * itemsize)
         count = max(1, math.ceil(len(data) / step))
-        self.requests += count
-        self.bytes_written += len(data)
+        self.traffic = self.traffic.plus(requests=count, written=len(data))
         for index in range(count):
             # A create, not a put: the token is new, and on file:// a create takes no lock,
             # so a learner stopped mid-write holds up no one else's writes.
@@ -193,7 +189,7 @@ class SharedStore:
         return token, count
 
     def delete_data(self, token: str, count: int) -> None:
-        self.requests += count
+        self.traffic = self.traffic.plus(requests=count)
         for index in range(count):
             self.mailbox.delete(self.keys.fragment(token, index))
 

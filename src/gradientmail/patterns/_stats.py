@@ -27,20 +27,24 @@ class Stats:
     """
 
     def snapshot(self: _S) -> _S:
-        """A copy of the current values (``Latencies`` fields are copied, not shared)."""
+        """A copy of the current values (``Latencies`` and nested ``Stats`` fields are
+        copied, not shared)."""
         copied = {
-            f.name: getattr(self, f.name).copy()
+            f.name: value.snapshot() if isinstance(value, Stats) else value.copy()
             for f in fields(self)
-            if isinstance(getattr(self, f.name), Latencies)
+            if isinstance(value := getattr(self, f.name), (Latencies, Stats))
         }
         return replace(self, **copied)
 
     def as_dict(self) -> dict[str, Any]:
-        """The values as plain JSON-friendly data (``Latencies`` as their summary)."""
+        """The values as plain JSON-friendly data (``Latencies`` as their summary, nested
+        ``Stats`` as dicts of their own)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = value.summary() if isinstance(value, Latencies) else value
+            if isinstance(value, (Latencies, Stats)):
+                value = value.summary() if isinstance(value, Latencies) else value.as_dict()
+            out[f.name] = value
         return out
 
 

@@ -26,7 +26,7 @@ from gradientmail.patterns.shared_queue._policy.claim_policy import (
     SHORT_RUN,
     SWEEPERS,
 )
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._stats import QueueCost
 from gradientmail.testing import NO_LATENCY, LatencyMailbox
 from tests.support.delegating import Delegating
 
@@ -58,7 +58,7 @@ class Policy:
         claimed: list[str] = (),  # type: ignore[assignment]
         shared_order: bool = True,
     ) -> None:
-        self.stats = QueueStats()
+        self.stats = QueueCost()
         reader = ClaimPages(box, PREFIX, self.stats)
         self.policy = ClaimPolicy(identifiers, learner, reader, shared_order=shared_order)
         self.policy.begin(claimed, members if members is not None else [learner, "other"])

@@ -7,7 +7,7 @@ import uuid
 from gradientmail import from_url
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue._policy.free_runs import PAGE, FreeRuns
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._stats import QueueCost
 
 
 def ids(n: int) -> list[str]:
@@ -87,7 +87,7 @@ def test_a_page_marks_its_claims_and_says_how_far_it_reached() -> None:
     claimed = [p for p in range(len(identifiers)) if p % 2]  # every other unit
     for p in claimed:
         assert box.put_if_absent("units/" + identifiers[p], b"{}")
-    stats = QueueStats()
+    stats = QueueCost()
     reader = ClaimPages(box, "units/", stats)
     assert reader.partial  # memory:// starts listings after a key
     view = FreeRuns(identifiers, b"seed")

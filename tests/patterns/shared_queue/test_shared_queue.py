@@ -164,7 +164,7 @@ def test_8_learner_threads_load_every_unit_exactly_once(
     # and the view is refreshed by a few listings, not one per claim.
     # (A few losses per learner whatever the size; racing for the same unit would lose ~7x.)
     assert sum(s.conflicts_lost for s in stats) <= 8 * 16, [s.conflicts_lost for s in stats]
-    assert sum(s.listings for s in stats) <= 8 * 25, [s.listings for s in stats]
+    assert sum(s.cost.listings for s in stats) <= 8 * 25, [s.cost.listings for s in stats]
 
 
 def _process_learner(box: Mailbox, learner: str, size: int, barrier: Any, results: Any) -> None:
@@ -751,5 +751,10 @@ def test_telemetry_counts_claims_items_and_waits(
     assert len(inside) == 15
     assert buffer.waits >= 15
     assert 0.0 < sum(inside) <= stats.wait_s <= in_next, (sum(inside), stats.wait_s, in_next)
-    assert stats.listings >= 1
+    assert stats.cost.listings >= 1
     assert stats.as_dict()["claim_latency"]["count"] == 5
+    assert stats.as_dict()["cost"]["listings"] == stats.cost.listings
+    # A snapshot is a copy: counting on does not change it.
+    live = q.stats
+    live.cost.listings += 1
+    assert stats.cost.listings == live.cost.listings - 1

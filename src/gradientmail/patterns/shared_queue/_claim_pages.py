@@ -11,7 +11,7 @@ import inspect
 import itertools
 
 from gradientmail.mailbox import Capability, Mailbox, SupportsListStartAfter
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._stats import QueueCost
 
 __all__ = ["ClaimPages", "lists_from_a_key"]
 
@@ -34,18 +34,18 @@ def lists_from_a_key(mailbox: Mailbox) -> bool:
 
 
 class ClaimPages:
-    """Lists the claims under ``prefix`` in ``mailbox``; counts each listing in ``stats``.
+    """Lists the claims under ``prefix`` in ``mailbox``; counts each listing in ``cost``.
 
     Args:
         mailbox: the run's mailbox.
         prefix: the claims' prefix (the epoch's ``units/``).
-        stats: where listings and the keys they returned are counted.
+        cost: where listings and the keys they returned are counted.
     """
 
-    def __init__(self, mailbox: Mailbox, prefix: str, stats: QueueStats) -> None:
+    def __init__(self, mailbox: Mailbox, prefix: str, cost: QueueCost) -> None:
         self.mailbox = mailbox
         self.prefix = prefix
-        self.stats = stats
+        self.cost = cost
         self.partial = lists_from_a_key(mailbox)
 
     def page(self, after: str | None, limit: int) -> list[str]:
@@ -65,7 +65,7 @@ class ClaimPages:
         return self._counted(list(self.mailbox.list(self.prefix)))
 
     def _counted(self, keys: list[str]) -> list[str]:
-        self.stats.listings += 1
-        self.stats.listed_keys += len(keys)
+        self.cost.listings += 1
+        self.cost.listed_keys += len(keys)
         cut = len(self.prefix)
         return [key[cut:] for key in keys]

@@ -266,7 +266,7 @@ class SharedQueue(Generic[T]):
                 error = error or exc
         self._open.clear()
         state.ended.clear()
-        self.stats.lease_renewals = self._lease.renewals
+        self.stats.cost.lease_renewals = self._lease.renewals
         failed = next((run.error for run in runs if run.gated and run.error is not None), None)
         if fenced or state.fenced or self._lease.lost:
             # Stops renewing. A lost lease is left as it was written; one fenced for being

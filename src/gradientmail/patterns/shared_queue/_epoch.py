@@ -37,6 +37,7 @@ from gradientmail.patterns.shared_queue._holdings import Holdings
 from gradientmail.patterns.shared_queue._loader import ClaimLoop
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
 from gradientmail.patterns.shared_queue._recorder import CompletionGate, CompletionRecorder
+from gradientmail.patterns.shared_queue._scope import Scope
 from gradientmail.patterns.shared_queue._stats import QueueStats
 from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 
@@ -109,31 +110,21 @@ class EpochRun(Generic[T]):
         claims = UnitClaims(
             mailbox, RunLayout(self.epoch), setup.learner_id, self.lease.incarnation
         )
-        pages = ClaimPages(mailbox, claims.layout.units, self.stats)
+        pages = ClaimPages(mailbox, claims.layout.units, self.stats.cost)
         policy = ClaimPolicy(identifiers, setup.learner_id, pages, shared_order=setup.shared_order)
+        scope = Scope(claims, self.lease, policy, self._holdings, self.stats, self._closing)
         loop = ClaimLoop(
+            scope,
             units=setup.units,
-            policy=policy,
-            claims=claims,
-            lease=self.lease,
             load=setup.load,
             buffer=self._buffer,
-            holdings=self._holdings,
-            stats=self.stats,
             reporter=setup.reporter,
-            closing=self._closing,
             wait_for_others=setup.wait_for_others,
             on_dry=self._on_dry,
         )
         name = f"gradientmail-shared-queue-{setup.learner_id}-epoch-{self.epoch}"
         loader = Worker(name, lambda _stop: loop.run())
-        recorder = CompletionRecorder(
-            claims,
-            self._holdings,
-            worker=self.worker,
-            wake=self._buffer.put_control,
-            recorded=self._count_completion,
-        )
+        recorder = CompletionRecorder(scope, worker=self.worker, wake=self._buffer.put_control)
         return _Parts(loop, claims, loader, recorder)
 
     def hold_completions(self, gate: CompletionGate, slack: int) -> None:
@@ -165,9 +156,6 @@ class EpochRun(Generic[T]):
         if not self.dry.is_set():
             self.dry.set()
             self._bell.ring()
-
-    def _count_completion(self) -> None:
-        self.stats.units_completed += 1
 
     def take(self) -> T | object:
         """The next item of this epoch, or ``EMPTY``; never blocks.

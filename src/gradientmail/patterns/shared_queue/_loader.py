@@ -20,14 +20,12 @@ ends when no unit is free.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from gradientmail._errors import LeaseLostError
 from gradientmail.backends._options import redact
-from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._progress import ProgressReporter
 from gradientmail.patterns._workers import CarriedError, HandoffBuffer
 from gradientmail.patterns.shared_queue._buffer_entries import (
@@ -37,10 +35,8 @@ from gradientmail.patterns.shared_queue._buffer_entries import (
     UnitEnd,
     UnitStart,
 )
-from gradientmail.patterns.shared_queue._holdings import Holdings
-from gradientmail.patterns.shared_queue._policy import ClaimPolicy
-from gradientmail.patterns.shared_queue._stats import QueueStats
-from gradientmail.patterns.shared_queue._unit_claims import Held, UnitClaims
+from gradientmail.patterns.shared_queue._scope import Scope
+from gradientmail.patterns.shared_queue._unit_claims import Held
 from gradientmail.patterns.shared_queue._waiting import Next, Waiting
 
 __all__ = ["ClaimLoop"]
@@ -66,40 +62,22 @@ class ClaimLoop:
 
     def __init__(
         self,
+        scope: Scope,
         *,
         units: Mapping[str, Any],
-        policy: ClaimPolicy,
-        claims: UnitClaims,
-        lease: Lease,
         load: Callable[[Any], Iterable[Any]],
         buffer: HandoffBuffer[Any],
-        holdings: Holdings,
-        stats: QueueStats,
         reporter: ProgressReporter | None,
-        closing: threading.Event,
         wait_for_others: bool = True,
         on_dry: Callable[[], None] = lambda: None,
     ) -> None:
         #: Called each time no unit is free (so a learner whose epochs flow opens the next).
         self.on_dry = on_dry
         self.items_of: Callable[[str], Iterable[Any]] = lambda ident: load(units[ident])
-        self.policy = policy
-        self.claims = claims
+        self.scope = scope
         self.buffer = buffer
-        self.holdings = holdings
-        self.stats = stats
         self.reporter = reporter
-        self.closing = closing
-        self.waiting = Waiting(
-            claims,
-            lease,
-            policy=policy,
-            holdings=holdings,
-            stats=stats,
-            closing=closing,
-            wait_for_others=wait_for_others,
-            hold=self.hold,
-        )
+        self.waiting = Waiting(scope, wait_for_others=wait_for_others, hold=self.hold)
         self.held_limit = buffer.capacity + 2
 
     @property
@@ -130,24 +108,25 @@ class ClaimLoop:
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer
             if isinstance(exc, _LoadFailed):
                 context, exc = exc.context, exc.original
-            _log.debug("loader of %r failed %s: %r", self.claims.learner_id, context, exc)
+            _log.debug("loader of %r failed %s: %r", self.scope.claims.learner_id, context, exc)
             self.buffer.put_control(Failed(CarriedError.of(exc), context))
 
     def start(self) -> None:
         """One scan: skip done units, note own leftovers from an earlier incarnation."""
-        scan = self.claims.scan()
-        self.stats.listings += 2
-        self.stats.listed_keys += len(scan.claimed) + len(scan.done)
-        ids = self.policy.position
+        claims, stats = self.scope.claims, self.scope.stats
+        scan = claims.scan()
+        stats.cost.listings += 2
+        stats.cost.listed_keys += len(scan.claimed) + len(scan.done)
+        ids = self.scope.policy.position
         done = sum(1 for ident in scan.done if ident in ids)
-        self.stats.units_done_before += done  # summed over a flowing queue's epochs
+        stats.units_done_before += done  # summed over a flowing queue's epochs
         if done and done == len(ids):
             _log.info(
                 "%r found epoch %d of the run at %s already complete (all %d units done): "
                 "nothing to load",
-                self.claims.learner_id,
-                self.claims.layout.epoch,
-                redact(self.claims.mailbox.url),
+                claims.learner_id,
+                claims.layout.epoch,
+                redact(claims.mailbox.url),
                 done,
             )
         self.waiting.begin(scan)
@@ -156,7 +135,8 @@ class ClaimLoop:
 
     def next_unit(self) -> Held | None:
         """The next unit to load, or ``None`` when every unit is done or the queue closed."""
-        if not self.holdings.wait_at_most(self.held_limit) or self.closing.is_set():
+        scope = self.scope
+        if not scope.holdings.wait_at_most(self.held_limit) or scope.closing.is_set():
             # Completions are recorded by a background thread; without this bound a fast
             # loader and consumer could run far ahead of it, and a learner killed then
             # would leave many trained but unrecorded units to be trained again.
@@ -165,8 +145,8 @@ class ClaimLoop:
         held = takeover.next_own() or takeover.next_found()
         if held is not None:
             return held
-        policy = self.policy
-        while not self.closing.is_set():
+        policy = scope.policy
+        while not scope.closing.is_set():
             p = policy.next()
             if p is not None:
                 held = self.claim(p)
@@ -186,28 +166,30 @@ class ClaimLoop:
 
     def claim(self, p: int) -> Held | None:
         """Claim the unit at position ``p``; after a lost claim, ``None``."""
-        policy = self.policy
+        scope = self.scope
+        policy = scope.policy
         identifier = policy.identifiers[p]
         began = time.perf_counter()
-        held = self.claims.claim(identifier)
+        claims = scope.claims
+        held = claims.claim(identifier)
         if held is not None:
-            self.stats.claim_latency.add(time.perf_counter() - began)
+            scope.stats.claim_latency.add(time.perf_counter() - began)
             policy.won(p)
             return self.hold(held, False)
-        self.stats.conflicts_lost += 1
+        scope.stats.conflicts_lost += 1
         _log.debug(
-            "%r lost the claim of unit %r to another learner", self.claims.learner_id, identifier
+            "%r lost the claim of unit %r to another learner", scope.claims.learner_id, identifier
         )
         policy.lost(p)
         return None
 
     def hold(self, held: Held, reclaimed: bool) -> Held:
         """Register a unit this learner now holds; report it."""
-        self.holdings.add(held)
-        self.stats.units_claimed += 1
+        self.scope.holdings.add(held)
+        self.scope.stats.units_claimed += 1
         if self.reporter is not None:
             self.reporter.unit_claimed(
-                held.identifier, reclaimed=reclaimed, epoch=self.claims.layout.epoch
+                held.identifier, reclaimed=reclaimed, epoch=self.scope.claims.layout.epoch
             )
         return held
 

@@ -22,8 +22,8 @@ from gradientmail._errors import LeaseLostError
 from gradientmail.patterns._in_order import InOrderRecorder
 from gradientmail.patterns._workers import CarriedError
 from gradientmail.patterns.shared_queue._buffer_entries import Wake
-from gradientmail.patterns.shared_queue._holdings import Holdings
-from gradientmail.patterns.shared_queue._unit_claims import Held, UnitClaims
+from gradientmail.patterns.shared_queue._scope import Scope
+from gradientmail.patterns.shared_queue._unit_claims import Held
 
 __all__ = ["CompletionGate", "CompletionRecorder"]
 
@@ -50,22 +50,19 @@ class CompletionRecorder:
 
     def __init__(
         self,
-        claims: UnitClaims,
-        holdings: Holdings,
+        scope: Scope,
         *,
         worker: str,
         wake: Callable[[Wake], object],
-        recorded: Callable[[], None],
     ) -> None:
-        self._claims = claims
-        self._holdings = holdings
+        self._scope = scope
+        self._claims = scope.claims
         self._worker = worker
         self._wake = wake
-        self._recorded = recorded
         #: The first failure: a ``WorkerError`` (the store's error, or any other), or
         #: ``LeaseLostError``.
         self.error: BaseException | None = None
-        name = f"gradientmail-completions-{claims.learner_id}"
+        name = f"gradientmail-completions-{self._claims.learner_id}"
         self._thread: InOrderRecorder[tuple[Held, int]] = InOrderRecorder(name, self._complete)
         #: Holds completions back (see :class:`CompletionGate`); ``None``: none.
         self.gate: CompletionGate | None = None
@@ -97,8 +94,8 @@ class CompletionRecorder:
             # very completion): it raises the error at its next item.
             self._wake(Wake())
             return
-        self._recorded()
-        self._holdings.remove(held.identifier)
+        self._scope.stats.units_completed += 1
+        self._scope.holdings.remove(held.identifier)
 
     def _record(self, held: Held) -> bool:
         try:

@@ -18,10 +18,8 @@ from typing import NamedTuple
 
 from gradientmail.mailbox import Version
 from gradientmail.patterns._claims import ClaimRecord
-from gradientmail.patterns._leases import Lease, LeaseWatcher
-from gradientmail.patterns.shared_queue._holdings import Holdings
-from gradientmail.patterns.shared_queue._policy import ClaimPolicy
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns._leases import LeaseWatcher
+from gradientmail.patterns.shared_queue._scope import Scope
 from gradientmail.patterns.shared_queue._unit_claims import DONE, RELEASED, Held, Scan, UnitClaims
 
 __all__ = ["Hooks", "Next", "Takeover"]
@@ -55,23 +53,10 @@ class Hooks(NamedTuple):
 class Takeover:
     """One learner's takeovers of units claimed by others or by its earlier incarnation."""
 
-    def __init__(
-        self,
-        claims: UnitClaims,
-        lease: Lease,
-        watcher: LeaseWatcher,
-        *,
-        policy: ClaimPolicy,
-        holdings: Holdings,
-        stats: QueueStats,
-        hooks: Hooks,
-    ) -> None:
-        self.claims = claims
-        self.lease = lease
+    def __init__(self, scope: Scope, watcher: LeaseWatcher, hooks: Hooks) -> None:
+        self.scope = scope
+        self.claims = scope.claims
         self.watcher = watcher
-        self.policy = policy
-        self.holdings = holdings
-        self.stats = stats
         self.on = hooks
         self.done_seen = -1
         #: owner -> units it held unfinished, as the last scan for takeovers found them.
@@ -82,7 +67,7 @@ class Takeover:
 
     def note_own(self, scan: Scan) -> None:
         """After a restart: remember the units an earlier incarnation of this learner held."""
-        ids = self.policy.position
+        ids = self.scope.policy.position
         mine = [ident for ident in scan.open if ident in ids]
         for ident, (record, version) in self.claims.read_all(mine).items():
             if record.owner == self.claims.learner_id and UnitClaims.state(record) != DONE:
@@ -112,18 +97,18 @@ class Takeover:
         ``Next.END`` when no unit is open elsewhere (or claims are permanent), ``WAIT``
         when units are in progress elsewhere, ``FREED`` when units became free again.
         """
-        self.lease.ensure_fresh()  # taking over is an owner's act: never while fenced
+        self.scope.lease.ensure_fresh()  # taking over is an owner's act: never while fenced
         scan = self.claims.scan()
-        self.stats.wait_scans += 1
-        self.stats.listed_keys += len(scan.claimed) + len(scan.done)
+        self.scope.stats.cost.wait_scans += 1
+        self.scope.stats.cost.listed_keys += len(scan.claimed) + len(scan.done)
         if len(scan.done) != self.done_seen:
             self.done_seen = len(scan.done)
             self.on.changed()
-        ids = self.policy.position
+        ids = self.scope.policy.position
         if any(ident not in scan.claimed for ident in ids):
-            self.policy.rebuild(scan.claimed)
+            self.scope.policy.rebuild(scan.claimed)
             return Next.FREED
-        mine = self.holdings.identifiers()
+        mine = self.scope.holdings.identifiers()
         waiting = [ident for ident in scan.open if ident in ids and ident not in mine]
         if not waiting or not self.claims.cas:
             return Next.END
@@ -188,7 +173,7 @@ class Takeover:
         if held is None:
             self.on.changed()  # it changed (released, or taken): read it again soon
             return None
-        self.stats.units_reclaimed += 1
+        self.scope.stats.units_reclaimed += 1
         me = self.claims.learner_id
         if UnitClaims.state(record) == RELEASED:
             _log.info("%r took unit %r, released by %r", me, ident, record.owner)

@@ -16,20 +16,17 @@ goes idle last, finding nobody busy, lists ``done/`` at once and writes ``comple
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gradientmail.patterns._leases import Lease, LeaseWatcher
+from gradientmail.patterns._leases import LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX
 from gradientmail.patterns._workers import Backoff
-from gradientmail.patterns.shared_queue._holdings import Holdings
 from gradientmail.patterns.shared_queue._idle_markers import POLLS_PER_SECOND, IdleWatch
-from gradientmail.patterns.shared_queue._policy import ClaimPolicy
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._scope import Scope
 from gradientmail.patterns.shared_queue._takeover import Hooks, Next, Takeover
-from gradientmail.patterns.shared_queue._unit_claims import Held, Scan, UnitClaims
+from gradientmail.patterns.shared_queue._unit_claims import Held, Scan
 
 __all__ = ["NOTICE_S", "Next", "Waiting"]
 
@@ -59,22 +56,9 @@ class Waiting:
     """
 
     def __init__(
-        self,
-        claims: UnitClaims,
-        lease: Lease,
-        *,
-        policy: ClaimPolicy,
-        holdings: Holdings,
-        stats: QueueStats,
-        closing: threading.Event,
-        wait_for_others: bool,
-        hold: Callable[[Held, bool], Held],
+        self, scope: Scope, *, wait_for_others: bool, hold: Callable[[Held, bool], Held]
     ) -> None:
-        self.claims = claims
-        self.policy = policy
-        self.holdings = holdings
-        self.stats = stats
-        self.closing = closing
+        self.scope = scope
         self.wait_for_others = wait_for_others
         #: ``True`` when the loader ended while other learners still held unfinished units.
         self.others_unfinished = False
@@ -82,26 +66,26 @@ class Waiting:
         # soon again whenever the idle markers changed (another learner ran out of work): a
         # learner near the end notices it soon, one waiting long costs a small page per
         # period. Each poll lists every marker, so the shortest delay grows with them.
-        period = lease.period
+        period = scope.lease.period
         self.backoff = Backoff(period, floor=min(0.1, period))
         self.quiet = _Quiet(confirmed_at=-period)
         #: When (monotonic) the next full poll is due; until then a step reads ``complete``.
         self._poll_at = float("-inf")
-        watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=lease.duration)
+        claims = scope.claims
+        watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=scope.lease.duration)
         self.idle = IdleWatch(
             claims.mailbox, claims.layout, claims.learner_id, claims.incarnation, watcher, period
         )
         hooks = Hooks(busy=self.idle.unmark, changed=self._changed, hold=hold)
-        self.takeover = Takeover(
-            claims, lease, watcher, policy=policy, holdings=holdings, stats=stats, hooks=hooks
-        )
+        self.takeover = Takeover(scope, watcher, hooks)
 
     def begin(self, scan: Scan) -> None:
         """At the start: learn the members, place the walk, note an earlier self's units."""
         members = self.idle.learners()
-        self.stats.listings += 1
-        self.policy.begin(scan.claimed, members)
-        if not self.claims.cas or self.claims.incarnation <= 1:
+        scope = self.scope
+        scope.stats.cost.listings += 1
+        scope.policy.begin(scan.claimed, members)
+        if not scope.claims.cas or scope.claims.incarnation <= 1:
             return  # no earlier incarnation of this learner: nothing of ours to take back
         self.idle.forget_predecessor()
         self.takeover.note_own(scan)
@@ -116,11 +100,11 @@ class Waiting:
         now = time.monotonic()
         if now >= self._poll_at:
             self._poll_at = now + self.backoff.next()
-        self.closing.wait(min(NOTICE_S, self._poll_at - now))  # a polling period, not a sync
+        self.scope.closing.wait(min(NOTICE_S, self._poll_at - now))  # a polling period, not a sync
 
     def step(self) -> Held | Next:
         """Nothing is free: end, take a unit over, claim again (``FREED``), or ``WAIT``."""
-        if not self.claims.cas or not self.wait_for_others:
+        if not self.scope.claims.cas or not self.wait_for_others:
             return self._decide_once()
         if time.monotonic() < self._poll_at:
             # Between full polls: one read of the record that ends the epoch.
@@ -135,12 +119,12 @@ class Waiting:
         if self.look():
             return Next.FREED  # a page showed a run still long elsewhere: share it
         # Own units first: an idle marker means "holds nothing".
-        if not self.holdings.wait_at_most(0) or self.closing.is_set():
+        if not self.scope.holdings.wait_at_most(0) or self.scope.closing.is_set():
             return Next.END
         idle = self.idle
         newly = idle.mark()
         poll = idle.poll()
-        self.stats.idle_polls += 1
+        self.scope.stats.cost.idle_polls += 1
         # All waiting learners together poll about POLLS_PER_SECOND times a second at
         # most: a poll lists every marker, so at 1,024 learners a fixed 100 ms would list a
         # million keys a second. A learner then notices the end within about
@@ -150,7 +134,7 @@ class Waiting:
         backoff.floor = min(backoff.ceiling, max(floor, idle.markers / POLLS_PER_SECOND))
         if poll.changed:
             backoff.reset()
-        if poll.absent and self._woken(self.policy.sweep(poll.absent)):
+        if poll.absent and self._woken(self.scope.policy.sweep(poll.absent)):
             return Next.FREED  # units of an absent learner's share were free: claim them
         if poll.suspects:
             found = self.takeover.reclaim()
@@ -180,7 +164,7 @@ class Waiting:
             if not changed and now - quiet.confirmed_at < period:
                 return Next.WAIT  # the last confirmation failed and nothing changed since
         if self.all_done():
-            self.idle.record_end(len(self.policy.identifiers))
+            self.idle.record_end(len(self.scope.policy.identifiers))
             return Next.END
         quiet.confirmed_at = now
         return self.takeover.reclaim()  # nobody works, yet units are open: read the claims
@@ -195,8 +179,8 @@ class Waiting:
             _log.warning(
                 "%r ends epoch %s with no unit free while other learners hold unfinished "
                 "units: %s; they finish them, or a restart with the same learner id does",
-                self.claims.learner_id,
-                self.claims.layout.epoch,
+                self.scope.claims.learner_id,
+                self.scope.claims.layout.epoch,
                 held or "(owners not read)",
             )
             return Next.END
@@ -204,7 +188,7 @@ class Waiting:
 
     def look(self) -> bool:
         """While resting, one more page of claims; whether it showed a run to share."""
-        return self._woken(self.policy.look())
+        return self._woken(self.scope.policy.look())
 
     def _woken(self, position: int | None) -> bool:
         """Whether a search while waiting found a unit; if so this learner is busy again."""
@@ -215,13 +199,14 @@ class Waiting:
 
     def all_done(self) -> bool:
         """One listing of the completions: whether every unit of the epoch is done."""
-        prefix = self.claims.layout.done
+        scope = self.scope
+        prefix = scope.claims.layout.done
         cut = len(prefix)
-        position = self.policy.position
+        position = scope.policy.position
         listed = done = 0
-        for key in self.claims.mailbox.list(prefix):
+        for key in scope.claims.mailbox.list(prefix):
             listed += 1
             done += key[cut:] in position
-        self.stats.listings += 1
-        self.stats.listed_keys += listed
+        scope.stats.cost.listings += 1
+        scope.stats.cost.listed_keys += listed
         return done == len(position)

@@ -50,14 +50,14 @@ SWEEPERS = 2
 class _Search:
     """How the search for free runs has gone."""
 
+    #: The search is over: the last pages were dry and this learner's share is taken.
+    #: Jumps list nothing until :meth:`ClaimPolicy.rebuild` (a scan found free units).
+    resting: bool = False
     jumps: int = 0
     #: Claims lost in a row (since the last win or full listing).
     losses: int = 0
     #: Pages in a row that showed no run worth taking.
     dry: int = 0
-    #: The search is over: the last pages were dry and this learner's share is taken.
-    #: Jumps list nothing until :meth:`ClaimPolicy.rebuild` (a scan found free units).
-    resting: bool = False
     #: While resting: where the next look lists from, and the pages looked at since the
     #: rest began (see :meth:`ClaimPolicy.look`).
     look_from: int = 0

@@ -1,0 +1,38 @@
+"""What one epoch's threads share: built once per epoch, read by the loader, its waiting
+and takeovers, and the completion recorder.
+
+A :class:`Scope` is frozen: the parts it names are the epoch's, for as long as it runs.
+Each part guards its own state (the holdings their lock, the stats one writer each).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from gradientmail.patterns._leases import Lease
+from gradientmail.patterns.shared_queue._holdings import Holdings
+from gradientmail.patterns.shared_queue._policy import ClaimPolicy
+from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
+
+__all__ = ["Scope"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One epoch of one learner: its claims and claim policy, the learner's lease, the
+    units it holds, its stats, and the event set when the queue closes."""
+
+    #: The epoch's claims, for this learner and incarnation (with the mailbox and layout).
+    claims: UnitClaims
+    #: The learner's one lease, shared by all its epochs.
+    lease: Lease
+    #: Which unit to claim next.
+    policy: ClaimPolicy
+    #: The units this learner holds in the epoch.
+    holdings: Holdings
+    #: The learner's stats, shared by all its epochs.
+    stats: QueueStats
+    #: Set when the queue closes: every thread of the epoch stops waiting.
+    closing: threading.Event
