@@ -23,7 +23,7 @@ from gradientmail._exchange.layout import Head
 from gradientmail._exchange.membership import Membership
 from gradientmail._exchange.rules import OuterStep
 from gradientmail._exchange.stats import ExchangeStats
-from gradientmail._exchange.store import SharedStore, Superseded
+from gradientmail._exchange.store import Superseded
 
 __all__ = ["Applied", "Applier"]
 
@@ -38,38 +38,39 @@ class Applier:
     """Apply one learner's deltas to a shared model, each exactly once.
 
     Args:
-        store, membership: the shared model's versions, and this learner's entry.
+        membership: this learner's entry in the shared model, and the model's store.
         outer: the rule and its staleness damping.
-        learner_id, numel: the learner, and its model's parameter count.
         lease: seconds after its last exchange a learner stops counting as active.
-        layout: the model's layout record, created or checked on joining.
+        layout: the model's layout record (its parameter count among it), created or
+            checked on joining.
         on_conflict: called (on the exchange thread) for each swap another learner won.
     """
 
     def __init__(
         self,
-        store: SharedStore,
         membership: Membership,
         outer: OuterStep,
         *,
-        learner_id: str,
-        numel: int,
         lease: float,
         layout: dict[str, Any],
         on_conflict: Callable[[], None],
     ) -> None:
-        self.store = store
         self.membership = membership
+        self.store = membership.store
         self.outer = outer
-        self.learner_id = learner_id
-        self.numel = numel
         self.lease = lease
         self.layout = layout
+        self.numel = int(layout["numel"])
         self.on_conflict = on_conflict
         self.seq = 0
         self.anchor: torch.Tensor = torch.empty(0)
         self.anchor_version = -1
         self._cached: tuple[str, torch.Tensor] | None = None
+
+    @property
+    def learner_id(self) -> str:
+        """The learner whose deltas this applies."""
+        return self.membership.learner_id
 
     def join(self, initial: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, int]:
         """Publish ``initial()`` (the parameters, then the rule's zeroed state) if no shared

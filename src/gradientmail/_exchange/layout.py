@@ -35,30 +35,27 @@ from gradientmail.patterns._claims import decode_record, encode_record
 ROOT = "exchange/"
 
 
+#: Each of a shared model's keys, after its ``base``.
+_KEY_SUFFIXES = (("base", ""), ("layout", "layout"), ("head", "head"), ("data", "data/"))
+
+
 @dataclass(frozen=True)
 class Keys:
-    """The keys of one shared model, named ``name``."""
+    """The keys of one shared model, named ``name``, all under ``base``: its ``layout``
+    record, its ``head`` (the record swapped on each exchange), and the prefix of its
+    versions' fragments, ``data``."""
 
     name: str
+    base: str = field(init=False, repr=False)
+    layout: str = field(init=False, repr=False)
+    head: str = field(init=False, repr=False)
+    data: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         validate_segment(self.name, "shared model name")
-
-    @property
-    def base(self) -> str:
-        return f"{ROOT}{self.name}/"
-
-    @property
-    def layout(self) -> str:
-        return f"{self.base}layout"
-
-    @property
-    def head(self) -> str:
-        return f"{self.base}head"
-
-    @property
-    def data(self) -> str:
-        return f"{self.base}data/"
+        base = f"{ROOT}{self.name}/"
+        for attribute, suffix in _KEY_SUFFIXES:
+            object.__setattr__(self, attribute, base + suffix)  # frozen: set once, here
 
     def fragment(self, token: str, index: int) -> str:
         return f"{self.data}{token}/{index:05d}"

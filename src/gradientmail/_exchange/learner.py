@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from types import TracebackType
 
 import torch
 
@@ -137,11 +136,8 @@ class Exchange:
         }
         # Owned by the exchange thread once started (the training thread joins before it):
         self._applier = Applier(
-            store,
             Membership(store, learner, new_write_id()),
             OuterStep(rule, staleness, limit),
-            learner_id=learner,
-            numel=numel,
             lease=lease_seconds(lease),
             layout=layout,
             on_conflict=self._conflicted,
@@ -207,12 +203,7 @@ class Exchange:
             blocked = self._stats.blocked_s + time.perf_counter() - began
             self._stats = replace(self._stats, blocked_s=blocked)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         try:
             if exc_type is None:
                 self._leave()

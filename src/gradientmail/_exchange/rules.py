@@ -34,6 +34,11 @@ import torch
 
 from gradientmail._errors import ConfigurationError
 
+#: A version's state: the parameters, then any buffers of the rule's own, flat fp32.
+State = list[torch.Tensor]
+#: A rule's small state between deltas, stored in the shared model's head.
+RuleState = dict[str, Any]
+
 
 class OuterRule(Protocol):
     """What an outer rule provides. ``parts`` is the number of buffers in its state."""
@@ -54,12 +59,8 @@ class OuterRule(Protocol):
         ...
 
     def apply(
-        self,
-        state: list[torch.Tensor],
-        delta: torch.Tensor,
-        active: int,
-        rule_state: dict[str, Any],
-    ) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        self, state: State, delta: torch.Tensor, active: int, rule_state: RuleState
+    ) -> tuple[State, RuleState]:
         """The new state (the parameters first) and the rule's new small state."""
         ...
 
@@ -87,12 +88,8 @@ class Average:
         return self.lr if self.lr is not None else 1.0 / max(1, active)
 
     def apply(
-        self,
-        state: list[torch.Tensor],
-        delta: torch.Tensor,
-        active: int,
-        rule_state: dict[str, Any],
-    ) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        self, state: State, delta: torch.Tensor, active: int, rule_state: RuleState
+    ) -> tuple[State, RuleState]:
         return [state[0] + self.step(active) * delta], rule_state
 
 
@@ -129,12 +126,8 @@ class DelayedNesterov:
         return self.lr / (self.delay or max(1, active))
 
     def apply(
-        self,
-        state: list[torch.Tensor],
-        delta: torch.Tensor,
-        active: int,
-        rule_state: dict[str, Any],
-    ) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        self, state: State, delta: torch.Tensor, active: int, rule_state: RuleState
+    ) -> tuple[State, RuleState]:
         params, momentum_buffer, acc = state
         n = self.delay or max(1, active)
         acc = acc + delta

@@ -26,22 +26,6 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 from gradientmail._errors import ConfigurationError, InvalidKeyError, MissingDependencyError
 from gradientmail._keys import validate_key
 
-__all__ = [
-    "LONGEST_PLAUSIBLE_LEASE",
-    "SplitURL",
-    "file_url",
-    "lease_seconds",
-    "parse_bool",
-    "parse_options",
-    "positive",
-    "positive_float",
-    "redact",
-    "require",
-    "split_store_url",
-    "split_url",
-]
-
-
 # C0 controls and DEL: never meaningful in a URL (RFC 3986), and urlsplit silently drops tab,
 # CR and LF, which would open a different place than the one written.
 _URL_CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -47,7 +47,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gradientmail._errors import (
@@ -83,41 +83,37 @@ MANIFEST_UNITS_KEY = "manifest-units"
 EPOCHS_PREFIX = "epochs/"
 
 
+#: Each key of an epoch, after its base.
+_EPOCH_KEYS = (
+    ("base", ""),
+    ("units", UNITS_PREFIX),
+    ("done", "done/"),
+    ("reclaimed", "reclaimed/"),
+    ("complete", "complete"),
+    ("idle", "idle/"),
+)
+
+
 @dataclass(frozen=True)
 class RunLayout:
-    """The keys of one epoch of a run: claims, completions and takeovers."""
+    """The keys of one epoch of a run, all under ``base`` (``""`` for epoch 0,
+    ``epochs/{k}/`` after it): the claims' prefix ``units``, the completion records'
+    prefix ``done``, the takeover markers' prefix ``reclaimed``, the ``complete`` record
+    (created once a listing of ``done/`` showed every unit of the epoch done), and the
+    prefix of the ``idle`` markers (learners that hold no unit and find none free)."""
 
     epoch: int = 0
+    base: str = field(init=False, repr=False, compare=False)
+    units: str = field(init=False, repr=False, compare=False)
+    done: str = field(init=False, repr=False, compare=False)
+    reclaimed: str = field(init=False, repr=False, compare=False)
+    complete: str = field(init=False, repr=False, compare=False)
+    idle: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def base(self) -> str:
-        """``""`` for epoch 0, ``epochs/{k}/`` after it."""
-        return "" if self.epoch == 0 else f"{EPOCHS_PREFIX}{self.epoch}/"
-
-    @property
-    def units(self) -> str:
-        """The claims' prefix."""
-        return self.base + UNITS_PREFIX
-
-    @property
-    def done(self) -> str:
-        """The completion records' prefix."""
-        return self.base + "done/"
-
-    @property
-    def reclaimed(self) -> str:
-        """The takeover markers' prefix."""
-        return self.base + "reclaimed/"
-
-    @property
-    def complete(self) -> str:
-        """Created once a listing of ``done/`` showed every unit of the epoch done."""
-        return self.base + "complete"
-
-    @property
-    def idle(self) -> str:
-        """The prefix of the markers of learners that hold no unit and find none free."""
-        return self.base + "idle/"
+    def __post_init__(self) -> None:
+        base = "" if self.epoch == 0 else f"{EPOCHS_PREFIX}{self.epoch}/"
+        for attribute, suffix in _EPOCH_KEYS:
+            object.__setattr__(self, attribute, base + suffix)  # frozen: set once, here
 
 
 def digest_of(identifiers: Iterable[str]) -> str:

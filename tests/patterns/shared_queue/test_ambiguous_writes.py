@@ -23,7 +23,7 @@ from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
-from gradientmail.patterns.shared_queue._unit_claims import CLAIMED, DONE, RELEASED
+from gradientmail.patterns.shared_queue._unit_claims import CLAIMED, DONE, RELEASED, UnitClaims
 from tests.support.ambiguous import Ambiguous
 from tests.support.delegating import Delegating
 
@@ -102,9 +102,8 @@ def test_ambiguous_releases_and_takeovers_are_settled(local_box: Mailbox, stored
 @pytest.mark.parametrize("stored", [True, False], ids=["response-lost", "request-lost"])
 def test_an_ambiguous_idle_marker_is_settled(local_box: Mailbox, stored: bool) -> None:
     lossy = Ambiguous(local_box, ("idle/",), stored=stored)
-    watch = IdleWatch(
-        lossy, RunLayout(0), "a", 1, LeaseWatcher(local_box, LEASES_PREFIX, duration=60.0), 20.0
-    )  # type: ignore[arg-type]
+    claims = UnitClaims(lossy, RunLayout(0), "a", 1)  # type: ignore[arg-type]
+    watch = IdleWatch(claims, LeaseWatcher(local_box, LEASES_PREFIX, duration=60.0), 20.0)
     watch.mark()
     assert lossy.kinds == {("create", "idle/a")}
     assert list(local_box.list("idle/")) == ["idle/a"]

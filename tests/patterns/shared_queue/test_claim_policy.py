@@ -27,6 +27,7 @@ from gradientmail.patterns.shared_queue._policy.claim_policy import (
     SWEEPERS,
 )
 from gradientmail.patterns.shared_queue._stats import QueueCost
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 from gradientmail.testing import NO_LATENCY, LatencyMailbox
 from tests.support.delegating import Delegating
 
@@ -414,9 +415,8 @@ def test_a_watcher_sweeps_the_share_of_a_learner_that_left() -> None:
         record["state"] = "finished" if name != "me" else "running"
         record.update({"lease": 60.0, "incarnation": 1, "epoch": 0})
         box.put(LEASES_PREFIX + name, encode_record(record))
-    watch = IdleWatch(
-        box, RunLayout(0), "me", 1, LeaseWatcher(box, LEASES_PREFIX, duration=60.0), 20.0
-    )
+    watcher = LeaseWatcher(box, LEASES_PREFIX, duration=60.0)
+    watch = IdleWatch(UnitClaims(box, RunLayout(0), "me", 1), watcher, 20.0)
     watch.mark()
     poll = watch.poll()
     assert sorted(poll.absent) == names[:-1]  # marked on their behalf: they left

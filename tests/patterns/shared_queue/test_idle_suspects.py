@@ -16,6 +16,7 @@ from gradientmail.patterns._lease_watch import LeaseWatcher
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 from tests.support.clock import FakeClock
 
 DURATION = 30.0
@@ -26,7 +27,7 @@ def watch_of(box: Mailbox, clock: FakeClock) -> IdleWatch:
     """Learner ``w``, idle, watching the others."""
     Lease(box, LEASES_PREFIX + "w", "w", duration=DURATION, extra={"epoch": 0}).acquire()
     watcher = LeaseWatcher(box, LEASES_PREFIX, duration=DURATION, clock=clock)
-    idle = IdleWatch(box, LAYOUT, "w", 1, watcher, period=DURATION / 3)
+    idle = IdleWatch(UnitClaims(box, LAYOUT, "w", 1), watcher, period=DURATION / 3)
     idle.mark()
     return idle
 

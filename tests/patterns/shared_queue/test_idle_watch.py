@@ -16,6 +16,7 @@ from gradientmail.patterns._leases import LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.patterns.shared_queue._idle_markers import WATCHERS, IdleWatch
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 from tests.support.delegating import Delegating
 from tests.support.rigs import Rig
 
@@ -26,7 +27,7 @@ def fresh_box() -> Mailbox:
 
 def watch(box: Mailbox, learner: str, epoch: int = 0) -> IdleWatch:
     watcher = LeaseWatcher(box, LEASES_PREFIX, duration=60.0)
-    return IdleWatch(box, RunLayout(epoch), learner, 1, watcher, period=20.0)
+    return IdleWatch(UnitClaims(box, RunLayout(epoch), learner, 1), watcher, period=20.0)
 
 
 def lease(box: Mailbox, holder: str, state: str, epoch: int | None = 0) -> None:
@@ -206,7 +207,9 @@ def test_only_the_leader_lists_the_leases_again_before_the_end_and_finds_a_late_
     lease(box, "producers/p0", "running", epoch=None)  # a pipeline's: not a learner
     for name in names:
         watcher = LeaseWatcher(boxes[name], LEASES_PREFIX, duration=60.0)
-        watches[name] = IdleWatch(boxes[name], RunLayout(0), name, 1, watcher, period=20.0)
+        watches[name] = IdleWatch(
+            UnitClaims(boxes[name], RunLayout(0), name, 1), watcher, period=20.0
+        )
         assert watches[name].learners() == set(names)  # the claim loop's start asks this
         boxes[name].counts.clear()  # what follows is what the polls list
         watches[name].mark()

@@ -117,19 +117,15 @@ class MailboxConsumer(Consumer[Any]):
             LeaseWatcher(box, CONSUMER_LEASES, duration=settings.lease),
             settings.heartbeat_interval,
         )
-        self._producers = ProducerWatch(box, core.declared, settings, consumer_id, time.monotonic())
+        self._producers = ProducerWatch(box, core.declared, settings, consumer_id)
         # Consumers start their round robin at different producers, so they collide less.
-        self._turn = point(consumer_id) % len(self._cursors)
+        self._turn = point(consumer_id) % len(core.declared)
         self._worker.start()
 
     @property
     def _box(self) -> Mailbox:
         """The run's mailbox, behind the patience of the prefetch thread and the recorder."""
         return self._claims.mailbox
-
-    @property
-    def _cursors(self) -> list[Cursor]:
-        return self._producers.cursors
 
     # -- the consumer's side ------------------------------------------------------------
 
@@ -286,9 +282,10 @@ class MailboxConsumer(Consumer[Any]):
 
     def _take_one(self, stop: threading.Event) -> tuple[bytes, HeldItem] | None:
         """Claim and read the next available item from any producer, round robin."""
-        count = len(self._cursors)
+        cursors = self._producers.cursors
+        count = len(cursors)
         for offset in range(count):
-            cursor = self._cursors[(self._turn + offset) % count]
+            cursor = cursors[(self._turn + offset) % count]
             taken = self._take_from(cursor)
             if taken is not None:
                 self._turn = (self._turn + offset + 1) % count

@@ -12,6 +12,7 @@ It also turns a producer's end record into the error consumers raise.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,21 +57,16 @@ class ProducerWatch:
         declared: the declared producer ids.
         settings: the run's timings (``heartbeat_interval``, ``lease``).
         consumer: the consumer's id, written into a ``lost`` end record it creates.
-        now: the consumer's monotonic clock at start.
     """
 
     def __init__(
-        self,
-        mailbox: Mailbox,
-        declared: tuple[str, ...],
-        settings: MailboxSettings,
-        consumer: str,
-        now: float,
+        self, mailbox: Mailbox, declared: tuple[str, ...], settings: MailboxSettings, consumer: str
     ) -> None:
         self._box = mailbox
         self._settings = settings
         self._consumer = consumer
         self._watcher = LeaseWatcher(mailbox, PRODUCER_LEASES, duration=settings.lease)
+        now = time.monotonic()  # the consumer's start, on the clock of its polls
         self.cursors = [Cursor(p, checked=now) for p in declared]
 
     def exhausted(self) -> bool:

@@ -100,8 +100,8 @@ from gradientmail.patterns._progress import (
 )
 from gradientmail.patterns._run_layout import MANIFEST_KEY, UNITS_PREFIX
 from gradientmail.patterns.shared_queue._consumer import SharedQueue
-from gradientmail.patterns.shared_queue._epoch import Setup
 from gradientmail.patterns.shared_queue._policy.preference import check_epochs, preference_order
+from gradientmail.patterns.shared_queue._scope import Setup
 from gradientmail.patterns.shared_queue._stats import QueueCost, QueueStats
 
 __all__ = [

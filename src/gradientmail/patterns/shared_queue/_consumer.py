@@ -29,8 +29,9 @@ from gradientmail._errors import BackendError, LeaseLostError
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._run_layout import LEASES_PREFIX, check_manifest
 from gradientmail.patterns._workers import Bell
-from gradientmail.patterns.shared_queue._epoch import EMPTY, EpochRun, Setup
+from gradientmail.patterns.shared_queue._epoch import EMPTY, EpochRun
 from gradientmail.patterns.shared_queue._recorder import CompletionGate
+from gradientmail.patterns.shared_queue._scope import Setup
 from gradientmail.patterns.shared_queue._stats import QueueStats
 
 __all__ = ["SharedQueue"]

@@ -13,15 +13,12 @@ every run's buffer rings.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from gradientmail._errors import LeaseLostError
-from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._patience import Patient
-from gradientmail.patterns._progress import ProgressReporter
 from gradientmail.patterns._run_layout import RunLayout
 from gradientmail.patterns._workers import EMPTY, Bell, HandoffBuffer, Worker
 from gradientmail.patterns.shared_queue._buffer_entries import (
@@ -37,27 +34,13 @@ from gradientmail.patterns.shared_queue._holdings import Holdings
 from gradientmail.patterns.shared_queue._loader import ClaimLoop
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
 from gradientmail.patterns.shared_queue._recorder import CompletionGate, CompletionRecorder
-from gradientmail.patterns.shared_queue._scope import Scope
+from gradientmail.patterns.shared_queue._scope import Scope, Setup
 from gradientmail.patterns.shared_queue._stats import QueueStats
 from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 
 __all__ = ["EMPTY", "EpochRun", "Setup"]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What every epoch of one learner shares."""
-
-    mailbox: Mailbox
-    units: Mapping[str, Any]
-    load: Callable[[Any], Iterable[Any]]
-    learner_id: str
-    prefetch: int
-    reporter: ProgressReporter | None
-    wait_for_others: bool
-    shared_order: bool
 
 
 class EpochRun(Generic[T]):
@@ -81,8 +64,6 @@ class EpochRun(Generic[T]):
     ) -> None:
         self.setup = setup
         self.epoch = epoch
-        self.stats = stats
-        self.lease = lease
         #: Set once no unit of this epoch was free (units may still be in progress).
         self.dry = threading.Event()
         #: Once ended: every unit done (``False``: others held units, or claims are
@@ -90,9 +71,7 @@ class EpochRun(Generic[T]):
         self.complete = False
         self._bell = bell
         self._buffer: HandoffBuffer[T] = HandoffBuffer(setup.prefetch, bell)
-        self._holdings = Holdings()
-        self._closing = threading.Event()
-        self._parts = self._build(identifiers)
+        self._parts = self._build(identifiers, lease, stats)
         self._ended = False
 
     @property
@@ -100,32 +79,23 @@ class EpochRun(Generic[T]):
         """The loader's name, for errors."""
         return f"shared_queue loader of learner {self.setup.learner_id!r}"
 
-    def _build(self, identifiers: list[str]) -> _Parts:
+    def _build(self, identifiers: list[str], lease: Lease, stats: QueueStats) -> _Parts:
         setup = self.setup
+        closing = threading.Event()
         # The loader and the recorder ride out a store outage shorter than the lease (past
         # it, this learner could not have renewed in time anyway); the lease renews on its
         # own schedule with the mailbox itself.
         what = f"shared_queue learner {setup.learner_id!r}"
-        mailbox = Patient(setup.mailbox, self.lease.duration, self._closing, what)
-        claims = UnitClaims(
-            mailbox, RunLayout(self.epoch), setup.learner_id, self.lease.incarnation
-        )
-        pages = ClaimPages(mailbox, claims.layout.units, self.stats.cost)
+        mailbox = Patient(setup.mailbox, lease.duration, closing, what)
+        claims = UnitClaims(mailbox, RunLayout(self.epoch), setup.learner_id, lease.incarnation)
+        pages = ClaimPages(mailbox, claims.layout.units, stats.cost)
         policy = ClaimPolicy(identifiers, setup.learner_id, pages, shared_order=setup.shared_order)
-        scope = Scope(claims, self.lease, policy, self._holdings, self.stats, self._closing)
-        loop = ClaimLoop(
-            scope,
-            units=setup.units,
-            load=setup.load,
-            buffer=self._buffer,
-            reporter=setup.reporter,
-            wait_for_others=setup.wait_for_others,
-            on_dry=self._on_dry,
-        )
+        scope = Scope(claims, lease, policy, Holdings(), stats, closing)
+        loop = ClaimLoop(scope, setup, self._buffer, on_dry=self._on_dry)
         name = f"gradientmail-shared-queue-{setup.learner_id}-epoch-{self.epoch}"
         loader = Worker(name, lambda _stop: loop.run())
         recorder = CompletionRecorder(scope, worker=self.worker, wake=self._buffer.put_control)
-        return _Parts(loop, claims, loader, recorder)
+        return _Parts(scope, loop, loader, recorder)
 
     def hold_completions(self, gate: CompletionGate, slack: int) -> None:
         """Record each completion only once ``gate`` opens for it (before the first item).
@@ -166,6 +136,7 @@ class EpochRun(Generic[T]):
             WorkerError: the loader or a completion failed.
         """
         parts = self._parts
+        lease = parts.scope.lease
         get = self._buffer.get
         while True:
             if parts.recorder.error is not None:  # per item: kept cheap
@@ -173,14 +144,14 @@ class EpochRun(Generic[T]):
             entry, _ = get(block=False)
             if not isinstance(entry, Control):
                 if entry is not EMPTY:
-                    self.lease.ensure_fresh()  # never deliver an item of a unit we may have lost
+                    lease.ensure_fresh()  # never deliver an item of a unit we may have lost
                 return entry
             reporter = self.setup.reporter
             if isinstance(entry, UnitStart):
                 if reporter is not None:
                     reporter.unit_started(entry.held.identifier, epoch=self.epoch)
             elif isinstance(entry, UnitEnd):
-                self.stats.units_finished += 1
+                parts.scope.stats.units_finished += 1
                 if reporter is not None:
                     reporter.unit_finished(entry.held.identifier, entry.items, epoch=self.epoch)
                 parts.recorder.hand_over(entry.held)
@@ -198,7 +169,7 @@ class EpochRun(Generic[T]):
                     if parts.recorder.error is not None:
                         raise parts.recorder.error
                 self._ended = True
-                self.complete = parts.claims.cas and not parts.loop.others_unfinished
+                self.complete = parts.scope.claims.cas and not parts.loop.others_unfinished
                 raise StopIteration
 
     def close(self) -> bool:
@@ -208,13 +179,13 @@ class EpochRun(Generic[T]):
         Raises:
             BackendError: releasing failed (the units come back when the lease expires).
         """
-        self._closing.set()
-        self._holdings.close()  # a loader waiting for completions stops waiting
-        self._buffer.close()
         parts = self._parts
+        parts.scope.closing.set()
+        parts.scope.holdings.close()  # a loader waiting for completions stops waiting
+        self._buffer.close()
         parts.loader.stop()
         parts.recorder.stop()
-        if self.lease.lost or isinstance(parts.recorder.error, LeaseLostError):
+        if parts.scope.lease.lost or isinstance(parts.recorder.error, LeaseLostError):
             return True
         if not self._ended or self.gated:
             # Ended, a gated run may still hold units whose items were dropped downstream.
@@ -222,20 +193,21 @@ class EpochRun(Generic[T]):
         return False
 
     def _release_held(self) -> None:
-        claims = self._parts.claims
+        scope = self._parts.scope
         reporter = self.setup.reporter
-        for unit in self._holdings.take_all():
-            if claims.release(unit):
-                self.stats.units_released += 1
+        for unit in scope.holdings.take_all():
+            if scope.claims.release(unit):
+                scope.stats.units_released += 1
                 if reporter is not None:
                     reporter.unit_released(unit.identifier, epoch=self.epoch)
 
 
 @dataclass(frozen=True)
 class _Parts:
-    """What a started epoch runs: the loader's loop and thread, its claims, the recorder."""
+    """What a started epoch runs: what its threads share, the loader's loop and thread, the
+    recorder."""
 
+    scope: Scope
     loop: ClaimLoop
-    claims: UnitClaims
     loader: Worker
     recorder: CompletionRecorder

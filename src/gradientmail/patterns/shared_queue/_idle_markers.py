@@ -50,11 +50,11 @@ import time
 from dataclasses import dataclass, field
 
 from gradientmail._errors import KeyNotFoundError
-from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._claims import create_settled, encode_record
 from gradientmail.patterns._hash_ring import Ring, rank
 from gradientmail.patterns._leases import LeaseState, LeaseWatcher
-from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
+from gradientmail.patterns._run_layout import LEASES_PREFIX
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 
 __all__ = ["POLLS_PER_SECOND", "WATCHERS", "IdleWatch", "Poll"]
 
@@ -83,28 +83,15 @@ class IdleWatch:
     """One learner's side of the idle markers of one epoch.
 
     Args:
-        mailbox: the run's mailbox.
-        layout: the epoch's keys.
-        learner_id: this learner.
-        incarnation: this learner's lease incarnation.
+        claims: this learner's claims of the epoch: the mailbox, the epoch's keys, the
+            learner id and its lease incarnation.
         watcher: the learner's lease watcher (shared with its claim scans, so a holder
             watched here can be declared lost there); its clock times this watch too.
         period: the lease renewal period: the most often one lease is read.
     """
 
-    def __init__(
-        self,
-        mailbox: Mailbox,
-        layout: RunLayout,
-        learner_id: str,
-        incarnation: int,
-        watcher: LeaseWatcher,
-        period: float,
-    ) -> None:
-        self.mailbox = mailbox
-        self.layout = layout
-        self.learner = learner_id
-        self.incarnation = incarnation
+    def __init__(self, claims: UnitClaims, watcher: LeaseWatcher, period: float) -> None:
+        self.claims = claims
         self.watcher = watcher
         self.period = period
         self.marked = False
@@ -119,7 +106,7 @@ class IdleWatch:
     @property
     def prefix(self) -> str:
         """Where this epoch's idle markers are."""
-        return self.layout.idle
+        return self.claims.layout.idle
 
     @property
     def markers(self) -> int:
@@ -132,25 +119,25 @@ class IdleWatch:
         """Say that this learner holds no unit and finds none free; whether it was busy."""
         if self.marked:
             return False
-        self._mark_for(self.learner, "idle")
+        self._mark_for(self.claims.learner_id, "idle")
         self.marked = True
         return True
 
     def unmark(self) -> None:
         """Before taking a unit over: this learner is busy again."""
         if self.marked:
-            self.mailbox.delete(self.prefix + self.learner)
+            self.claims.mailbox.delete(self.prefix + self.claims.learner_id)
             self.marked = False
 
     def forget_predecessor(self) -> None:
         """Delete a marker an earlier incarnation of this learner left (it may hold units)."""
-        self.mailbox.delete(self.prefix + self.learner)
+        self.claims.mailbox.delete(self.prefix + self.claims.learner_id)
         self.marked = False
 
     def _mark_for(self, holder: str, why: str) -> None:
-        record = {"by": self.learner, "incarnation": self.incarnation, "why": why}
+        record = {"by": self.claims.learner_id, "incarnation": self.claims.incarnation, "why": why}
         record["at"] = time.time()
-        create_settled(self.mailbox, self.prefix + holder, encode_record(record))
+        create_settled(self.claims.mailbox, self.prefix + holder, encode_record(record))
 
     # -- polling ------------------------------------------------------------------------------
 
@@ -161,8 +148,8 @@ class IdleWatch:
         leased = self.learners() if fresh else self._leased[0]
         changed = idle != self._idle
         self._idle = idle
-        busy = sorted(leased - idle - {self.learner})
-        watchers = sorted(idle | {self.learner})
+        busy = sorted(leased - idle - {self.claims.learner_id})
+        watchers = sorted(idle | {self.claims.learner_id})
         suspects: list[str] = []
         absent: list[str] = []
         still_busy = 0
@@ -202,14 +189,15 @@ class IdleWatch:
         names, at = self._leased
         if at is None or self.watcher.clock() - at >= self.period:
             return True
-        return not idle <= names | {self.learner}
+        return not idle <= names | {self.claims.learner_id}
 
     def settle(self, suspects: list[str]) -> None:
         """After a scan took the suspects' units over: mark those that are really gone."""
         for holder in suspects:
             state = self._observe(holder, fresh=True)
             gone = state.dead and (
-                state.state != "running" or self.watcher.declare_lost(holder, self.learner)
+                state.state != "running"
+                or self.watcher.declare_lost(holder, self.claims.learner_id)
             )
             if gone:
                 self._mark_for(holder, state.state)
@@ -225,7 +213,7 @@ class IdleWatch:
         above it (cached for a renewal period, stopping at the first that works here), so
         the learners agree on a live leader instead of waiting a period for one that is gone.
         """
-        mine = self._lead_rank(self.learner)
+        mine = self._lead_rank(self.claims.learner_id)
         return not any(
             self._works_here(self._observe(other))
             for other in self._idle
@@ -235,24 +223,26 @@ class IdleWatch:
     def _lead_rank(self, name: str) -> bytes:
         known = self._lead_ranks.get(name)
         if known is None:
-            known = self._lead_ranks[name] = rank(f"end of epoch {self.layout.epoch}", name)
+            known = self._lead_ranks[name] = rank(f"end of epoch {self.claims.layout.epoch}", name)
         return known
 
     def ended(self) -> bool:
         """Whether a learner found every unit of the epoch done (one read)."""
         try:
-            self.mailbox.get(self.layout.complete)
+            self.claims.mailbox.get(self.claims.layout.complete)
         except KeyNotFoundError:
             return False
         return True
 
     def record_end(self, units: int) -> None:
         """After a listing of ``done/`` showed every unit: end the epoch for the others."""
-        record = {"by": self.learner, "units": units, "at": time.time()}
-        self.mailbox.put_if_absent(self.layout.complete, encode_record(record))
+        record = {"by": self.claims.learner_id, "units": units, "at": time.time()}
+        self.claims.mailbox.put_if_absent(self.claims.layout.complete, encode_record(record))
 
     def _works_here(self, state: LeaseState) -> bool:
-        return state.state == "running" and not state.dead and state.works_in(self.layout.epoch)
+        return (
+            state.state == "running" and not state.dead and state.works_in(self.claims.layout.epoch)
+        )
 
     def _watches(self, holder: str, watchers: list[str]) -> bool:
         """Whether this learner is one of the :data:`WATCHERS` chosen for ``holder``."""
@@ -261,7 +251,7 @@ class IdleWatch:
         key = tuple(watchers)
         if key != self._ring[0]:  # rebuilt only when the idle learners change
             self._ring = (key, Ring(key))
-        return self.learner in self._ring[1].successors(holder, WATCHERS)
+        return self.claims.learner_id in self._ring[1].successors(holder, WATCHERS)
 
     def _observe(self, holder: str, *, fresh: bool = False) -> LeaseState:
         now = self.watcher.clock()
@@ -275,4 +265,4 @@ class IdleWatch:
     def _names(self, prefix: str) -> set[str]:
         # Learner ids are one segment; leases below one (a pipeline's) are not learners.
         cut = len(prefix)
-        return {key[cut:] for key in self.mailbox.list(prefix) if "/" not in key[cut:]}
+        return {key[cut:] for key in self.claims.mailbox.list(prefix) if "/" not in key[cut:]}

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from gradientmail._errors import LeaseLostError
 from gradientmail.backends._options import redact
-from gradientmail.patterns._progress import ProgressReporter
 from gradientmail.patterns._workers import CarriedError, HandoffBuffer
 from gradientmail.patterns.shared_queue._buffer_entries import (
     Exhausted,
@@ -35,7 +34,7 @@ from gradientmail.patterns.shared_queue._buffer_entries import (
     UnitEnd,
     UnitStart,
 )
-from gradientmail.patterns.shared_queue._scope import Scope
+from gradientmail.patterns.shared_queue._scope import Scope, Setup
 from gradientmail.patterns.shared_queue._unit_claims import Held
 from gradientmail.patterns.shared_queue._waiting import Next, Waiting
 
@@ -63,21 +62,18 @@ class ClaimLoop:
     def __init__(
         self,
         scope: Scope,
-        *,
-        units: Mapping[str, Any],
-        load: Callable[[Any], Iterable[Any]],
+        setup: Setup,
         buffer: HandoffBuffer[Any],
-        reporter: ProgressReporter | None,
-        wait_for_others: bool = True,
         on_dry: Callable[[], None] = lambda: None,
     ) -> None:
-        #: Called each time no unit is free (so a learner whose epochs flow opens the next).
-        self.on_dry = on_dry
-        self.items_of: Callable[[str], Iterable[Any]] = lambda ident: load(units[ident])
         self.scope = scope
         self.buffer = buffer
-        self.reporter = reporter
-        self.waiting = Waiting(scope, wait_for_others=wait_for_others, hold=self.hold)
+        self.reporter = setup.reporter
+        units, load = setup.units, setup.load
+        self.items_of: Callable[[str], Iterable[Any]] = lambda ident: load(units[ident])
+        #: Called each time no unit is free (so a learner whose epochs flow opens the next).
+        self.on_dry = on_dry
+        self.waiting = Waiting(scope, wait_for_others=setup.wait_for_others, hold=self.hold)
         self.held_limit = buffer.capacity + 2
 
     @property

@@ -1,22 +1,41 @@
-"""What one epoch's threads share: built once per epoch, read by the loader, its waiting
-and takeovers, and the completion recorder.
+"""What a learner's epochs share: :class:`Setup`, the arguments of ``shared_queue`` that
+every epoch runs with, and :class:`Scope`, what one epoch's threads share, built once per
+epoch and read by the loader, its waiting and takeovers, and the completion recorder.
 
-A :class:`Scope` is frozen: the parts it names are the epoch's, for as long as it runs.
-Each part guards its own state (the holdings their lock, the stats one writer each).
+Both are frozen: the parts they name stay the same for as long as the epoch runs. Each
+part guards its own state (the holdings their lock, the stats one writer each).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._progress import ProgressReporter
 from gradientmail.patterns.shared_queue._holdings import Holdings
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
 from gradientmail.patterns.shared_queue._stats import QueueStats
 from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 
-__all__ = ["Scope"]
+__all__ = ["Scope", "Setup"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every epoch of one learner shares."""
+
+    mailbox: Mailbox
+    units: Mapping[str, Any]
+    load: Callable[[Any], Iterable[Any]]
+    learner_id: str
+    prefetch: int
+    reporter: ProgressReporter | None
+    wait_for_others: bool
+    shared_order: bool
 
 
 @dataclass(frozen=True)

@@ -73,9 +73,7 @@ class Waiting:
         self._poll_at = float("-inf")
         claims = scope.claims
         watcher = LeaseWatcher(claims.mailbox, LEASES_PREFIX, duration=scope.lease.duration)
-        self.idle = IdleWatch(
-            claims.mailbox, claims.layout, claims.learner_id, claims.incarnation, watcher, period
-        )
+        self.idle = IdleWatch(claims, watcher, period)
         hooks = Hooks(busy=self.idle.unmark, changed=self._changed, hold=hold)
         self.takeover = Takeover(scope, watcher, hooks)
 
