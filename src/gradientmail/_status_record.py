@@ -87,8 +87,13 @@ class RunStatus:
 
     @property
     def complete(self) -> bool:
-        """Every unit is done."""
+        """Every unit of the epoch shown is done."""
         return self.total is not None and self.done >= self.total
+
+    @property
+    def run_complete(self) -> bool:
+        """Every unit of the epoch shown, and of every epoch before it, is done."""
+        return self.complete and not self.unfinished_epochs
 
     @property
     def running(self) -> bool:
@@ -98,9 +103,10 @@ class RunStatus:
 
     @property
     def stalled(self) -> bool:
-        """Work is left, learners were here, and none of them is running."""
+        """Work is left (in the epoch shown or an earlier one), learners were here, and none
+        of them is running."""
         started = self.epochs.started
-        return started and not self.complete and bool(self.learners) and not self.running
+        return started and not self.run_complete and bool(self.learners) and not self.running
 
     @property
     def failed(self) -> list[dict[str, Any]]:

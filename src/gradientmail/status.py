@@ -267,8 +267,9 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
 
     Schema (version 1): ``schema`` (1), ``url``, ``now`` (unix seconds), ``epoch``,
     ``newest_epoch``, ``epoch_started``, ``units`` ({``total`` (``null`` if unknown),
-    ``done``, ``in_progress``, ``reclaimed``, ``free``, ``left``}), ``complete``,
-    ``stalled``, ``eta_s`` (``null`` if unknown), ``unfinished_epochs`` ({epoch: units
+    ``done``, ``in_progress``, ``reclaimed``, ``free``, ``left``}), ``complete`` (every
+    unit of the epoch shown and of every epoch before it is done), ``epoch_complete`` (every
+    unit of the epoch shown is done), ``stalled``, ``eta_s`` (``null`` if unknown), ``unfinished_epochs`` ({epoch: units
     left}, epochs before the one shown), ``done_per_epoch`` ({epoch: units done}, every
     epoch up to the newest), ``learners`` (one object per row, sorted like the table:
     ``learner``, ``state`` (``running``, ``silent``, ``expired``, ``finished``,
@@ -299,7 +300,8 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
             "free": status.free,
             "left": status.left,
         },
-        "complete": status.complete,
+        "complete": status.run_complete,
+        "epoch_complete": status.complete,
         "stalled": status.stalled,
         "eta_s": status.eta(),
         "unfinished_epochs": {str(k): v for k, v in sorted(status.unfinished_epochs.items())},

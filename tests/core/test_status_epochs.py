@@ -70,11 +70,20 @@ def test_a_done_newest_epoch_beside_an_unfinished_older_one_is_not_run_complete(
     text = format_status(status)
     assert "run complete" not in text
     assert f"epoch 1 complete, but not the whole run: epoch 0 ({left} left) unfinished" in text
+    # Scripts and dashboards are not told it is complete either, and nobody works: stalled.
+    assert main(["status", url, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["complete"], doc["epoch_complete"], doc["stalled"]) == (False, True, True)
+    assert main(["status", url, "--watch", "--interval", "0.01"]) == 1
+    capsys.readouterr()
     # Once epoch 0 is finished too, the run is complete.
     run_epoch(url, 0)
     text = format_status(read_status(from_url(url)))
     assert "run complete: every unit is done" in text
     assert main(["status", url]) == 0
+    assert main(["status", url, "--watch", "--interval", "0.01"]) == 0
+    assert main(["status", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["complete"] is True
     capsys.readouterr()
 
 

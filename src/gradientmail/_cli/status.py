@@ -1,6 +1,7 @@
 """``gradientmail status URL``: print a run's learners, units and ETA, and its shared models.
 
-Exit status: 0 for a report (and, with ``--watch``, once the run is complete); 1 when the URL
+Exit status: 0 for a report (and, with ``--watch``, once every unit of the epoch shown and of
+the epochs before it is done); 1 when the URL
 holds no run, when a learner failed, or, with ``--watch``, when work is left but no learner
 is running. ``status`` only reads: it never creates the mailbox's directory or any key.
 ``--watch`` started before the run's first learner waits for the run to appear (a
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         if args.watch and sys.stdout.isatty() and not args.json:
             text = "\x1b[2J\x1b[H" + text
         print(text, flush=True)
-        if not args.watch or status.complete or status.stalled:
+        if not args.watch or status.run_complete or status.stalled:
             break
         time.sleep(args.interval)  # a redraw period, not synchronisation
         print()
@@ -108,5 +109,5 @@ def run(args: argparse.Namespace) -> int:
         plot_gantt(status, args.plot)
         print(f"wrote {args.plot}")
     if args.watch:
-        return 0 if status.complete else 1
+        return 0 if status.run_complete else 1
     return 1 if status.failed else 0
