@@ -40,7 +40,7 @@ def test_a_consumer_acts_inside_its_window_and_stops_once_stale_and_unable_to_re
     box = MemoryMailbox("pipeline-consumer-clock")
     pipe = Pipeline.over_mailbox(box, ["a"], prefetch=2, stall_timeout=60, lease=LEASE)
     with pipe.producer("a") as out:
-        for n in range(4):
+        for n in range(8):  # more than the prefetch: the prefetch thread blocks, full
             out.put(b"%d" % n)
     with pipe.consumer("c") as items:
         assert next(items) == b"0"
@@ -52,6 +52,13 @@ def test_a_consumer_acts_inside_its_window_and_stops_once_stale_and_unable_to_re
         clock.advance(SAFE_FRACTION * LEASE - 1)
         assert next(items) == b"1", "a fresh consumer needs no write to return an item"
         assert failing.tries == 0
+        # Items 2 and 3 are buffered and the prefetch thread waits for room, so it checks
+        # no lease now: only next()'s own fence can keep item 2 from being returned.
+        buffer = items._buffer  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 30
+        while not (len(buffer) == 2 and buffer.waiting_for_room == 1):
+            assert time.monotonic() < deadline, "the prefetch thread never filled its buffer"
+            time.sleep(0.005)  # polling a state nothing notifies, not a synchronising wait
         clock.advance(2)
         with pytest.raises(LeaseLostError, match="could not renew"):
             next(items)
