@@ -1609,6 +1609,40 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/core/test_status.py::test_epoch_filters_the_learner_table_and_the_plot",),
         "status --epoch k counts and plots every epoch's units as epoch 0's",
     ),
+    Mutant(
+        "queue-start-impatient",
+        "patterns/shared_queue/_consumer.py",
+        (("        check_manifest(starting, ", "        check_manifest(setup.mailbox, "),),
+        (
+            "tests/patterns/shared_queue/test_store_outage.py::"
+            "test_a_learner_that_starts_during_an_outage_waits_for_the_store_and_runs",
+        ),
+        "a learner that starts while the store is briefly down dies on the manifest instead "
+        "of waiting the outage out",
+    ),
+    Mutant(
+        "lease-acquire-impatient",
+        "patterns/_leases.py",
+        (("        if patience > 0:\n", "        if False:\n"),),
+        (
+            "tests/patterns/shared_queue/test_store_outage.py::"
+            "test_a_learner_that_starts_during_an_outage_waits_for_the_store_and_runs",
+            "tests/patterns/pipeline/test_pipeline_outage.py::"
+            "test_a_producer_and_a_consumer_that_start_during_an_outage_wait_for_the_store",
+        ),
+        "a learner or consumer whose lease write meets a brief outage at start dies instead "
+        "of waiting it out",
+    ),
+    Mutant(
+        "pipeline-start-impatient",
+        "patterns/pipeline/_mailbox_run.py",
+        (("        box = self.starting(\"a pipeline handle\")\n", "        box = self.mailbox\n"),),
+        (
+            "tests/patterns/pipeline/test_pipeline_outage.py::"
+            "test_a_producer_and_a_consumer_that_start_during_an_outage_wait_for_the_store",
+        ),
+        "a pipeline handle opened while the store is briefly down dies on the manifest",
+    ),
 )
 
 

@@ -268,16 +268,16 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
     Schema (version 1): ``schema`` (1), ``url``, ``now`` (unix seconds), ``epoch``,
     ``newest_epoch``, ``epoch_started``, ``units`` ({``total`` (``null`` if unknown),
     ``done``, ``in_progress``, ``reclaimed``, ``free``, ``left``}), ``complete`` (every
-    unit of the epoch shown and of every epoch before it is done), ``epoch_complete`` (every
-    unit of the epoch shown is done), ``stalled``, ``eta_s`` (``null`` if unknown), ``unfinished_epochs`` ({epoch: units
-    left}, epochs before the one shown), ``done_per_epoch`` ({epoch: units done}, every
-    epoch up to the newest), ``learners`` (one object per row, sorted like the table:
-    ``learner``, ``state`` (``running``, ``silent``, ``expired``, ``finished``,
-    ``failed``, ``released``, ``lost``), ``epoch`` (the oldest epoch its lease names),
-    ``epochs`` (the epochs it works in, where its epochs flow and two are open) and, where
-    recorded,
-    the other keys of ``_LEARNER_FIELDS``:
-    counts, ``rate`` (samples/s), seconds and unix times), and ``unreadable`` (keys).
+    unit of the epoch shown and of every epoch before it is done), ``epoch_complete``
+    (every unit of the epoch shown is done), ``stalled``, ``eta_s`` (``null`` if unknown),
+    ``unfinished_epochs`` ({epoch: units left}, epochs before the one shown),
+    ``done_per_epoch`` ({epoch: units done}, every epoch up to the newest), ``learners``
+    (one object per row, sorted like the table: ``learner``, ``state`` (``running``,
+    ``silent``, ``expired``, ``finished``, ``failed``, ``released``, ``lost``), ``epoch``
+    (the oldest epoch its lease names), ``epochs`` (the epochs it works in, where its
+    epochs flow and two are open) and, where recorded, the other keys of
+    ``_LEARNER_FIELDS``: counts, ``rate`` (samples/s), seconds and unix times), and
+    ``unreadable`` (keys).
     New keys may be added; existing ones keep their meaning.
     """
     learners = []

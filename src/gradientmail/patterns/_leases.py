@@ -50,6 +50,7 @@ from gradientmail.patterns._lease_watch import (
     LeaseWatcher,
     watch_earlier_holder,
 )
+from gradientmail.patterns._patience import Patient
 from gradientmail.patterns._workers import Worker
 
 __all__ = [
@@ -130,14 +131,30 @@ class Lease:
 
     # -- acquiring ----------------------------------------------------------------------------
 
-    def acquire(self) -> None:
+    def acquire(self, *, patience: float = 0.0) -> None:
         """Create the lease, or take it over from an earlier incarnation with this name.
+
+        Args:
+            patience: seconds each request keeps retrying a transient store failure (see
+                :class:`~gradientmail.patterns._patience.Patient`): a learner that starts
+                during a brief outage waits it out. Renewals never wait: they retry at the
+                next period.
 
         Raises:
             ConfigurationError: another live holder renews this lease (two workers were
                 given one name).
-            BackendError: the store failed.
+            BackendError: the store failed (for longer than ``patience``).
         """
+        mailbox = self.mailbox
+        if patience > 0:
+            what = f"lease {self.key!r} of {self.holder!r}"
+            self.mailbox = Patient(mailbox, patience, threading.Event(), what)
+        try:
+            self._acquire()
+        finally:
+            self.mailbox = mailbox  # before any renewal: those go to the store itself
+
+    def _acquire(self) -> None:
         while True:
             sent = self.clock()
             try:

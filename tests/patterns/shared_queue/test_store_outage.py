@@ -94,3 +94,33 @@ def test_a_burst_of_503s_on_the_wire_is_waited_out(
     messages = [r.getMessage() for r in caplog.records]
     assert any("retrying for up to 60 s" in m for m in messages), messages
     assert any("answered" in m and "again" in m for m in messages), messages
+
+
+def test_a_learner_that_starts_during_an_outage_waits_for_the_store_and_runs(
+    box: Mailbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The manifest and the lease are written through the same patience as the loader: a
+    learner started while the store is down waits (and says so), then runs the job."""
+    outage = Outage(box)
+    outage.down.set()
+
+    def end_outage() -> None:
+        outage.failed.wait(30)
+        outage.down.clear()
+
+    ender = threading.Thread(target=end_outage)
+    ender.start()
+    caplog.set_level(logging.INFO, logger="gradientmail.patterns._patience")
+    with shared_queue(
+        UNITS,
+        mailbox=outage,  # type: ignore[arg-type]
+        learner_id="a",
+        load=lambda n: [n],
+    ) as queue:
+        got = list(queue)
+    ender.join()
+    assert sorted(got) == sorted(UNITS.values())
+    assert queue.stats.run_complete
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("learner 'a'" in m and "retrying for up to 60 s" in m for m in messages)
+    assert not any("giving up" in m for m in messages)

@@ -94,7 +94,7 @@ class MailboxConsumer(Consumer[Any]):
         settings = core.settings
         self._lease = core.lease(consumer_lease_key(consumer_id), consumer_id)
         try:
-            self._lease.acquire()
+            self._lease.acquire(patience=settings.lease)  # an outage at start is waited out
         except ConfigurationError as exc:
             raise ConfigurationError(
                 f"consumer id {consumer_id!r} is in use by a live consumer of the pipeline in "

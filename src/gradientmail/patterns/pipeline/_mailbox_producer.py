@@ -73,15 +73,17 @@ class MailboxProducer(Producer[bytes]):
         self._aborted_checked = time.monotonic()
         key = registered_key(producer_id)
         registration = Registration(socket.gethostname(), os.getpid(), self._token).to_bytes()
-        if not create_settled(self._box, key, registration, lambda stored: stored == registration):
-            other = Registration.read(self._box, key)
+        box = core.starting(f"pipeline producer {producer_id!r}")
+        if not create_settled(box, key, registration, lambda stored: stored == registration):
+            other = Registration.read(box, key)
             by = "" if other is None else f" by {other.host} (pid {other.pid})"
             raise ProducerRegistrationError(
                 f"producer {producer_id!r} has already registered in {self._box.url}{by}; "
                 "each declared id registers once per run"
             )
         self._lease = core.lease(producer_lease_key(producer_id), producer_id)
-        self._lease.acquire()  # a fresh key: registration already made this id unique
+        # A fresh key (registration already made this id unique); an outage is waited out.
+        self._lease.acquire(patience=core.settings.lease)
         self._lease.start()
         self._lease_ended = False
 

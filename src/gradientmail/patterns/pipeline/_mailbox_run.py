@@ -5,6 +5,7 @@ producers and the timings (:class:`MailboxRun`), and the run's :class:`Manifest`
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 from gradientmail._errors import ConfigurationError, InvalidKeyError, NotSupportedError
@@ -13,6 +14,7 @@ from gradientmail.backends._options import lease_seconds, positive
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns._claims import create_settled
 from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._patience import Patient
 from gradientmail.patterns.pipeline._records import (
     ABORTED_KEY,
     MANIFEST_KEY,
@@ -95,12 +97,19 @@ class MailboxRun:
                 f"breaks a key rule ({exc.rule})"
             ) from exc
 
+    def starting(self, what: str) -> Patient:
+        """The mailbox for a start's writes and reads (the manifest, a producer's
+        registration): each request waits out a store outage shorter than the lease.
+        ``what`` names who waits, for the log."""
+        return Patient(self.mailbox, self.settings.lease, threading.Event(), what)
+
     def _check_manifest(self) -> None:
         manifest = Manifest(self.declared, self.settings.capacity)
         body = manifest.to_bytes()
-        if create_settled(self.mailbox, MANIFEST_KEY, body, lambda stored: stored == body):
+        box = self.starting("a pipeline handle")
+        if create_settled(box, MANIFEST_KEY, body, lambda stored: stored == body):
             return  # ours (or, settling an ambiguous create, the same bytes)
-        stored = Manifest.read(self.mailbox, MANIFEST_KEY)
+        stored = Manifest.read(box, MANIFEST_KEY)
         if stored != manifest:
             shown = None if stored is None else stored.fields()
             raise ConfigurationError(

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from gradientmail._errors import BackendError, LeaseLostError
 from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._patience import Patient
 from gradientmail.patterns._run_layout import LEASES_PREFIX, check_manifest
 from gradientmail.patterns._workers import Bell
 from gradientmail.patterns.shared_queue._epoch import EMPTY, EpochRun
@@ -81,10 +82,14 @@ class SharedQueue(Generic[T]):
         self._state = _State()
 
     def _start(self) -> None:
-        """Check the manifest, take the lease, open the first epoch."""
+        """Check the manifest, take the lease, open the first epoch. Each request waits out
+        a store outage shorter than the lease, as the loader's do."""
         setup = self._setup
-        check_manifest(setup.mailbox, self._pending[0][1], setup.units)
-        self._lease.acquire()
+        patience = self._lease.duration
+        what = f"shared_queue learner {setup.learner_id!r}"
+        starting = Patient(setup.mailbox, patience, threading.Event(), what)
+        check_manifest(starting, self._pending[0][1], setup.units)
+        self._lease.acquire(patience=patience)
         self._lease.start()
         self._open_next()
 
