@@ -1643,6 +1643,40 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a pipeline handle opened while the store is briefly down dies on the manifest",
     ),
+    Mutant(
+        "status-reads-learners-after-completions",
+        "status.py",
+        (
+            (
+                "    leases = _records(mailbox, LEASES_PREFIX, unreadable)\n"
+                "    learners = _records(mailbox, LEARNERS_PREFIX, unreadable)\n",
+                "",
+            ),
+            (
+                "    reclaimed = sum(1 for _ in mailbox.list(layout.reclaimed))\n",
+                "    reclaimed = sum(1 for _ in mailbox.list(layout.reclaimed))\n"
+                "    leases = _records(mailbox, LEASES_PREFIX, unreadable)\n"
+                "    learners = _records(mailbox, LEARNERS_PREFIX, unreadable)\n",
+            ),
+        ),
+        (
+            "tests/core/test_status_liveness.py::"
+            "test_a_learner_finishing_while_status_reads_is_never_shown_stalled",
+        ),
+        "status reads the completions before the learners: a learner that finishes in "
+        "between reads finished beside an old count, and a live run is called stalled",
+    ),
+    Mutant(
+        "plot-axis-starts-at-the-session",
+        "_status_plot.py",
+        (("    if begins:\n        return min(begins)\n", ""),),
+        (
+            "tests/core/test_status.py::"
+            "test_the_plot_of_one_epoch_starts_at_that_epochs_first_unit",
+        ),
+        "status --plot --epoch k starts the time axis at the learner's session start: an "
+        "empty stretch as long as the earlier epochs before the bars",
+    ),
 )
 
 

@@ -243,3 +243,25 @@ def test_epoch_filters_the_learner_table_and_the_plot(tmp_path: Path) -> None:
     path = tmp_path / "epoch1.png"
     plot_gantt(read_status(box, epoch=1), str(path))
     assert path.stat().st_size > 0
+
+
+def test_the_plot_of_one_epoch_starts_at_that_epochs_first_unit(tmp_path: Path) -> None:
+    """``--plot --epoch 1`` of a learner that trained epochs 0 and 1 in one session: the
+    time axis starts at epoch 1's first unit, not at the session's start (which put epoch
+    0's whole length of empty axis before the bars)."""
+    from gradientmail._status_plot import _origin  # the axis itself is drawn by matplotlib
+
+    box = from_url(f"file://{tmp_path / 'run'}")
+    units = {f"u{i}": i for i in range(3)}
+    with Session(box, "a", publish_every=60):
+        for epoch in (0, 1):
+            with shared_queue(
+                units, mailbox=box, learner_id="a", load=lambda u: [u], epoch=epoch
+            ) as queue:
+                list(queue)
+    status = read_status(box, epoch=1)
+    (row,) = status.learners
+    first = min(u[2] for u in row["units"])  # when epoch 1's first unit began to load
+    assert status.started_at is not None
+    assert status.started_at < first
+    assert _origin(status) == first

@@ -13,7 +13,9 @@ import gradientmail._cli.status as status_cli
 from gradientmail import Mailbox, from_url
 from gradientmail._cli import main
 from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.session import Session
 from gradientmail.status import format_status, read_status
+from tests.support.delegating import Delegating
 
 
 @pytest.fixture
@@ -128,6 +130,31 @@ def test_watch_started_before_the_first_learner_waits_for_the_run(
     assert "run complete" in out
 
 
+def test_watch_started_before_the_runs_directory_exists_waits_for_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a ``file://`` URL whose directory a learner creates later, ``--watch`` waits for
+    the directory and then for the run, and never creates the directory itself."""
+    url = f"file://{tmp_path / 'run'}"
+    assert main(["status", url]) == 1  # without --watch: no run there
+    assert not (tmp_path / "run").exists()
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:  # the watch's redraw pause: the run starts in one
+        naps.append(seconds)
+        if len(naps) == 2:
+            box = from_url(url)
+            with shared_queue({"a": 1}, mailbox=box, learner_id="n", load=lambda u: [u]) as q:
+                list(q)
+
+    monkeypatch.setattr(status_cli.time, "sleep", nap)
+    assert main(["status", url, "--watch", "--interval", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("yet; waiting for one to start") == 1
+    assert "run complete" in out
+    assert len(naps) == 2, "it did not wait for the directory before the run started"
+
+
 def test_status_json_holds_the_facts_of_the_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -184,3 +211,48 @@ def test_a_lease_declared_lost_moments_ago_reads_lost_not_running(box: Mailbox) 
     assert "lost_in_s" not in rows["paused"]
     line = next(x for x in format_status(status).splitlines() if x.startswith("paused"))
     assert " lost " in f"{line} "
+
+
+class _FinishesDuringTheDoneListing(Delegating):
+    """The store as a learner finishing mid-read makes it: the listing of ``done/`` shows
+    what was there when it started, and the learner's last completion and its finished
+    records land right after."""
+
+    def __init__(self, inner: Mailbox, finish: dict[str, bytes]) -> None:
+        super().__init__(inner)
+        self.finish = finish
+        self.fired = False
+
+    def list(self, prefix: str = "", **options: Any) -> Any:
+        if prefix != "done/" or self.fired:
+            return self.inner.list(prefix, **options)
+        self.fired = True
+        listed = list(self.inner.list(prefix, **options))
+        for key, data in self.finish.items():
+            self.inner.put(key, data)
+        return iter(listed)
+
+
+def test_a_learner_finishing_while_status_reads_is_never_shown_stalled(box: Mailbox) -> None:
+    """Status reads the learners before the completions: a learner that finishes in
+    between is seen running beside an old count, never finished beside one (stalled)."""
+    with (
+        Session(box, "a"),
+        shared_queue({"u0": 0, "u1": 1}, mailbox=box, learner_id="a", load=lambda u: [u]) as q,
+    ):
+        assert list(q) == [0, 1]
+    last = sorted(box.list("done/"))[-1]
+    finish = {key: box.get(key) for key in (last, "learners/a", "leases/a")}
+    # Just before the end: one unit left, the learner running and its lease fresh.
+    box.delete(last)
+    for key in ("learners/a", "leases/a"):
+        record = json.loads(finish[key])
+        record.update(state="running", renewed_at=time.time(), updated_at=time.time())
+        box.put(key, json.dumps(record).encode())
+    assert read_status(box).stalled is False  # the state before: one unit left, running
+    racing = _FinishesDuringTheDoneListing(box, finish)
+    status = read_status(racing)  # type: ignore[arg-type]
+    assert racing.fired
+    assert (status.done, status.complete) == (1, False)
+    assert not status.stalled, "a learner that finished while status read was called stalled"
+    assert read_status(box).complete  # and read again, the run is complete

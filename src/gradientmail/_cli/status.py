@@ -4,8 +4,8 @@ Exit status: 0 for a report (and, with ``--watch``, once every unit of the epoch
 the epochs before it is done); 1 when the URL
 holds no run, when a learner failed, or, with ``--watch``, when work is left but no learner
 is running. ``status`` only reads: it never creates the mailbox's directory or any key.
-``--watch`` started before the run's first learner waits for the run to appear (a
-``file://`` URL's directory must exist).
+``--watch`` started before the run's first learner waits for the run to appear (on a
+``file://`` URL, for its directory too).
 """
 
 from __future__ import annotations
@@ -62,15 +62,21 @@ def _local_root(url: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     """Print the status (repeatedly with ``--watch``); see the module docstring for exits."""
     root = _local_root(args.url)
+    waiting = False
     if root is not None and not os.path.isdir(root):
-        print(f"no run at {redact(args.url)}: the directory does not exist", file=sys.stderr)
-        return 1
+        if not args.watch:
+            print(f"no run at {redact(args.url)}: the directory does not exist", file=sys.stderr)
+            return 1
+        # A watch started before the first learner: wait for the run to appear.
+        print(f"no run at {redact(args.url)} yet; waiting for one to start", flush=True)
+        waiting = True
+        while not os.path.isdir(root):
+            time.sleep(args.interval)  # a redraw period, not synchronisation
     if args.plot:
         folder = os.path.dirname(os.path.abspath(args.plot))
         if not os.path.isdir(folder):
             raise ConfigurationError(f"--plot: the folder {folder!r} does not exist; create it")
     mailbox = from_url(args.url)
-    waiting = False
     while True:
         status = read_status(mailbox, args.epoch)
         models = format_shared_models(read_shared_models(mailbox))

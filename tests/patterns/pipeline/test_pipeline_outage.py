@@ -51,7 +51,6 @@ def test_a_consumer_rides_out_an_outage_and_delivers_every_item_once(
     assert any("answered" in m and "again" in m for m in messages)
 
 
-
 def test_a_producer_and_a_consumer_that_start_during_an_outage_wait_for_the_store(
     box: Mailbox, caplog: pytest.LogCaptureFixture
 ) -> None:
