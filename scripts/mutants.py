@@ -1677,6 +1677,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "status --plot --epoch k starts the time axis at the learner's session start: an "
         "empty stretch as long as the earlier epochs before the bars",
     ),
+    Mutant(
+        "restart-takes-over-while-the-old-one-trusts-its-lease",
+        "patterns/_leases.py",
+        (("TAKEOVER_FRACTION = SAFE_FRACTION + 0.1\n", "TAKEOVER_FRACTION = SAFE_FRACTION - 0.35\n"),),
+        (
+            "tests/patterns/shared_queue/test_incarnation_takeover.py::"
+            "test_the_earlier_incarnation_is_stale_when_the_new_one_takes_over",
+            "tests/patterns/shared_queue/test_lifecycle.py::"
+            "test_a_paused_learner_restarted_with_its_id_delivers_nothing_beside_the_new_one",
+            "tests/patterns/pipeline/test_pipeline_consumers.py::"
+            "test_a_paused_consumer_restarted_with_its_id_returns_nothing_beside_the_new_one",
+        ),
+        "a restart with the same id takes the lease over while its paused earlier incarnation "
+        "still trusts its last renewal: woken, the old one delivers beside the new one",
+    ),
 )
 
 

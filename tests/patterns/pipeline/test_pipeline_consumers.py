@@ -9,12 +9,14 @@ themselves (SIGKILL, SIGSTOP) at a random point while holding prefetched items, 
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing as mp
 import os
 import random
 import signal
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from gradientmail.backends.memory import MemoryMailbox
 from gradientmail.mailbox import Capability
 from gradientmail.patterns.pipeline import Pipeline, PipelineError
 from gradientmail.patterns.pipeline._records import ItemClaim, claim_key
+from tests.support.pausing import pause_outside_locks
 from tests.support.pipeline_workers import (
     FAST,
     JOIN,
@@ -270,6 +273,62 @@ def test_a_restarted_consumer_takes_back_its_prefetched_items_without_waiting(
     assert not errors, errors
     assert_delivered_once(rest, taken_by_victim, claims_of(from_url(url), COUNTS))
     assert pipe.stats().consumers["victim"].taken_over >= 1
+
+
+def test_a_paused_consumer_restarted_with_its_id_returns_nothing_beside_the_new_one(
+    rig_file: Rig, tmp_path: Path
+) -> None:
+    """A consumer paused just after a heartbeat, then opened again under the same id: the
+    new one takes the lease over only once the paused one can no longer trust it, so the
+    paused one, continued at that moment, raises ``LeaseLostError`` and returns no item
+    more; every item is delivered, and only a prefetched one is delivered again."""
+    url = rig_file.url()
+    options = {**OPTIONS, "capacity": 200}
+    for producer, count in COUNTS.items():
+        produce(url, NAMES, producer, count, pipe_options={"capacity": 200})
+    log = tmp_path / "victim.log"
+    ready = mp.get_context("spawn").Event()
+    never = 10**6  # it never stops itself: the test pauses it
+    victim = spawn(
+        consumer_victim, url, NAMES, "victim", str(log), never, 0, ready, pipe_options=options
+    )
+    assert ready.wait(JOIN), "the victim never opened its consumer"
+    box = from_url(url)
+
+    def lease_record() -> dict[str, Any]:
+        return json.loads(box.get("leases/consumers/victim"))
+
+    renewed = lease_record()["renewed_at"]
+    deadline = time.monotonic() + JOIN
+    while lease_record()["renewed_at"] == renewed or not read_victim_log(str(log))[0]:
+        assert time.monotonic() < deadline, "no item and no heartbeat from the victim"
+        time.sleep(0.005)  # polling a state nothing notifies, not a synchronising wait
+    assert victim.pid is not None
+    pause_outside_locks(victim.pid)  # just after a beat: it trusts it for 0.75 lease
+    returned, _ = read_victim_log(str(log))
+    rest: list[Item] = []
+
+    def restarted() -> None:
+        with open_pipe(url, NAMES, **{**options, "stall_timeout": None}).consumer(
+            "victim"
+        ) as items:
+            rest.extend(parse(item) for item in items)
+
+    thread = threading.Thread(target=restarted, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + JOIN
+    while lease_record()["incarnation"] < 2:
+        assert time.monotonic() < deadline, "the restarted consumer never took the lease over"
+        time.sleep(0.005)  # polling a state nothing notifies, not a synchronising wait
+    os.kill(victim.pid, signal.SIGCONT)  # the paused one wakes as soon as it was replaced
+    thread.join(JOIN)
+    reap([victim])
+    assert not thread.is_alive(), "the restarted consumer did not finish"
+    after, outcome = read_victim_log(str(log))
+    assert after == returned, "the paused consumer returned items after it was replaced"
+    assert outcome is not None
+    assert outcome.startswith("LeaseLostError"), outcome
+    assert_delivered_once(rest, returned, claims_of(box, COUNTS))
 
 
 def test_two_open_consumers_may_not_share_an_id() -> None:

@@ -258,6 +258,58 @@ def test_a_paused_learner_is_fenced_and_never_completes_a_lost_unit(
     assert_completed_once(box, count)
 
 
+def test_a_paused_learner_restarted_with_its_id_delivers_nothing_beside_the_new_one(
+    rig_file: Rig, tmp_path: Path
+) -> None:
+    """A learner paused just after a renewal, while it holds units, is started again under
+    the same id (as a launcher would after a missed heartbeat). The restart takes the lease
+    over only once the paused one can no longer trust it: continued at that very moment, the
+    paused one stops with ``LeaseLostError`` and delivers no item more, so nothing is
+    delivered by both at once."""
+    box, count, lease = rig_file.fresh(), 24, 3.0
+    old = start(box, "node", count, tmp_path, lease=lease, item_s=0.05)
+    wait_until(lambda: delivered(tmp_path, "node") >= 1, 120, "the learner to start")
+
+    def lease_record() -> dict[str, Any]:
+        return json.loads(box.get("leases/node"))
+
+    renewed = lease_record()["renewed_at"]
+    wait_until(lambda: lease_record()["renewed_at"] != renewed, 30, "a renewal")
+    pause_outside_locks(pid_of(old))  # just after a renewal: it trusts it for 0.75 lease
+    before = delivered(tmp_path, "node")
+    got: list[tuple[int, int]] = []
+
+    def restart() -> None:  # in this process: it reads the lease at once, no spawn
+        load = _Items(0.05)
+        with shared_queue(
+            units_of(count), mailbox=box, learner_id="node", load=load, lease=lease
+        ) as queue:
+            got.extend(queue)
+
+    thread = threading.Thread(target=restart, daemon=True)
+    thread.start()
+    wait_until(lambda: lease_record()["incarnation"] == 2, 60, "the restart's takeover")
+    os.kill(pid_of(old), signal.SIGCONT)  # the paused one wakes as soon as it was replaced
+    old.join(timeout=60)
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the restart did not finish"
+    assert old.exitcode == 3, "the paused incarnation raised LeaseLostError"
+    assert delivered(tmp_path, "node") == before, "it delivered items after it was replaced"
+    assert_completed_once(box, count)
+
+
+class _Items:
+    """``load`` of the lifecycle learners, in a thread: ``(unit, item)`` pairs at a cost."""
+
+    def __init__(self, item_s: float) -> None:
+        self.item_s = item_s
+
+    def __call__(self, unit: int) -> Iterator[tuple[int, int]]:
+        for k in range(ITEMS_PER_UNIT):
+            time.sleep(self.item_s)  # the unit's simulated cost, not synchronisation
+            yield unit, k
+
+
 # -- early exit, epochs, refusals (threads) ------------------------------------------------------
 
 
