@@ -67,7 +67,8 @@ def format_status(status: RunStatus) -> str:
         if state == "failed" and r.get("error"):
             state = f"failed ({r['error']})"
         if state == "silent" and number(r.get("lost_in_s")):
-            state = f"silent (lost in {_duration(float(r['lost_in_s']))})"
+            wait = float(r["lost_in_s"])
+            state = f"silent (lost in {_duration(wait)})" if wait > 0 else "silent (takeover due)"
         elif state == "expired" and number(r.get("silent_s")):
             state = f"expired (unrenewed {_duration(float(r['silent_s']))})"
         updated = r.get("seen_at", r.get("updated_at"))

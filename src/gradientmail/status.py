@@ -8,10 +8,12 @@ Learners
     :class:`~gradientmail.session.Session`) or holds a lease (``leases/{id}``). Its state:
 
     * ``running``: its lease is being renewed;
-    * ``silent (lost in 40s)``: its lease missed a renewal (unrenewed for more than 1.5 of
+    * ``silent (lost in 20s)``: its lease missed a renewal (unrenewed for more than 1.5 of
       its renewal periods) but is not lost yet: a learner that died, or one paused or
-      holding the GIL. The time is how long until this report calls it lost; its units
-      wait that long, and the ETA counts that wait;
+      holding the GIL. The time is how long until its lease has been unrenewed for a whole
+      lease, the earliest another learner may declare it lost and take its units over;
+      they wait at least that long, and the ETA counts that wait. Past it, ``silent
+      (takeover due)``: a learner waiting for work declares it lost at its next poll;
     * ``expired (unrenewed 2m)``: its lease was not renewed for longer than 1.5 leases,
       and no learner declared it lost: it died, or it is paused (as every learner is when
       none is left to declare it). Units it holds wait for a learner to take them over. The
@@ -82,7 +84,7 @@ __all__ = [
     "read_status",
 ]
 
-#: A lease not renewed for this many lease durations (by its recorded time) reads as lost.
+#: A lease not renewed for this many lease durations (by its recorded time) reads as expired.
 EXPIRED_AFTER = 1.5
 
 
@@ -101,8 +103,9 @@ SILENT_AFTER = 1.5
 
 
 def _silence(lease: dict[str, Any] | None, now: float) -> tuple[float, float] | None:
-    """(seconds silent, seconds until it reads as lost) for a running lease that missed a
-    renewal; ``None`` while it renews on time (or is not running)."""
+    """(seconds silent, seconds until it has been silent for a whole lease: the earliest
+    others may declare it lost) for a running lease that missed a renewal; ``None`` while it
+    renews on time (or is not running)."""
     if lease is None or lease.get("state") != "running":
         return None
     renewed, duration, period = lease.get("renewed_at"), lease.get("lease"), lease.get("period")
@@ -113,7 +116,7 @@ def _silence(lease: dict[str, Any] | None, now: float) -> tuple[float, float] | 
     silent = now - renewed
     if silent <= SILENT_AFTER * period:
         return None
-    return silent, max(0.0, EXPIRED_AFTER * duration - silent)
+    return silent, max(0.0, duration - silent)
 
 
 def _learner_state(record: dict[str, Any], lease: dict[str, Any] | None, now: float) -> str:

@@ -1,8 +1,10 @@
-"""The README's Python blocks (and docs/testing.md's) run as pasted.
+"""The README's Python blocks (and those of docs/testing.md and docs/conformance.md) run
+as pasted.
 
 A block whose first line is ``# a sketch: ...`` names what the reader supplies and is
-left out; every other block is run in a fresh interpreter, with ``/tmp/`` paths moved into
-the test's own directory so that runs never share a store.
+left out; every other block is saved as a script and run in a fresh interpreter (as a user
+who pastes it into a file would: a script that starts processes must guard its main code),
+with ``/tmp/`` paths moved into the test's own directory so that runs never share a store.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ("README.md", "docs/testing.md")
+PAGES = ("README.md", "docs/testing.md", "docs/conformance.md")
 
 
 def _blocks() -> list[tuple[str, int, str]]:
@@ -38,9 +40,10 @@ def test_the_pages_hold_runnable_blocks() -> None:
 
 @pytest.mark.parametrize(("page", "line", "code"), BLOCKS, ids=[f"{p}:{n}" for p, n, _ in BLOCKS])
 def test_a_block_runs_as_pasted(page: str, line: int, code: str, tmp_path: Path) -> None:
-    code = code.replace("file:///tmp/", f"file://{tmp_path}/")
+    script = tmp_path / "pasted.py"
+    script.write_text(code.replace("file:///tmp/", f"file://{tmp_path}/"))
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, str(script)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
