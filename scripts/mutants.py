@@ -232,7 +232,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_waiting.py",
         (
             (
-                "        if not self.scope.holdings.wait_at_most(0) or self.scope.closing.is_set():\n",
+                "        if not self.scope.holdings.wait_at_most(0)"
+                " or self.scope.closing.is_set():\n",
                 "        if self.scope.closing.is_set():\n",
             ),
         ),
@@ -1636,7 +1637,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pipeline-start-impatient",
         "patterns/pipeline/_mailbox_run.py",
-        (("        box = self.starting(\"a pipeline handle\")\n", "        box = self.mailbox\n"),),
+        (('        box = self.starting("a pipeline handle")\n', "        box = self.mailbox\n"),),
         (
             "tests/patterns/pipeline/test_pipeline_outage.py::"
             "test_a_producer_and_a_consumer_that_start_during_an_outage_wait_for_the_store",
@@ -1670,17 +1671,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "plot-axis-starts-at-the-session",
         "_status_plot.py",
         (("    if begins:\n        return min(begins)\n", ""),),
-        (
-            "tests/core/test_status.py::"
-            "test_the_plot_of_one_epoch_starts_at_that_epochs_first_unit",
-        ),
+        ("tests/core/test_status.py::test_the_plot_of_one_epoch_starts_at_that_epochs_first_unit",),
         "status --plot --epoch k starts the time axis at the learner's session start: an "
         "empty stretch as long as the earlier epochs before the bars",
     ),
     Mutant(
         "restart-takes-over-while-the-old-one-trusts-its-lease",
         "patterns/_leases.py",
-        (("TAKEOVER_FRACTION = SAFE_FRACTION + 0.1\n", "TAKEOVER_FRACTION = SAFE_FRACTION - 0.35\n"),),
+        (
+            (
+                "TAKEOVER_FRACTION = SAFE_FRACTION + 0.1\n",
+                "TAKEOVER_FRACTION = SAFE_FRACTION - 0.35\n",
+            ),
+        ),
         (
             "tests/patterns/shared_queue/test_incarnation_takeover.py::"
             "test_the_earlier_incarnation_is_stale_when_the_new_one_takes_over",
@@ -1788,6 +1791,16 @@ def _by_test(nodes: list[str]) -> str:
     return "; ".join(parts)
 
 
+def _functions(nodes: list[str]) -> set[str]:
+    """The distinct test functions among failed node ids (parameters folded)."""
+    return {node.partition("[")[0] for node in nodes}
+
+
+def _files(tests: tuple[str, ...]) -> list[str]:
+    """Each selection widened to its whole file (``--files``)."""
+    return sorted({test.partition("::")[0] for test in tests})
+
+
 def _selects(selection: str, node: str) -> bool:
     return node == selection or node.startswith((selection + "::", selection + "["))
 
@@ -1806,6 +1819,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="run only these mutants")
     parser.add_argument("--list", action="store_true", help="print the table and exit")
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per mutant")
+    parser.add_argument(
+        "--min-killers",
+        type=int,
+        default=1,
+        help="a mutant caught by fewer distinct test functions counts as SINGLE (a failure)",
+    )
+    parser.add_argument(
+        "--files",
+        action="store_true",
+        help="run each mutant's test files whole, not only the tests it names (to find "
+        "every test that catches it)",
+    )
     args = parser.parse_args(argv)
 
     unknown = sorted(set(args.names) - {m.name for m in MUTANTS})
@@ -1830,7 +1855,10 @@ def main(argv: list[str] | None = None) -> int:
         _copy_tree(copy)
         _check_import(copy)
 
-        selections = sorted({t for m in chosen for t in m.tests})
+        def selection(mutant: Mutant) -> list[str]:
+            return _files(mutant.tests) if args.files else list(mutant.tests)
+
+        selections = sorted({t for m in chosen for t in selection(m)})
         status, output, seconds = _pytest(copy, selections, args.timeout)
         broken = _failed(output) if status != 0 else []
         print(f"baseline (no mutant): {_counts(output)} in {seconds:.1f}s")
@@ -1841,25 +1869,30 @@ def main(argv: list[str] | None = None) -> int:
         for node in broken:
             print(f"          fails without any mutant: {node}")
 
-        results: dict[str, int] = {"KILLED": 0, "SURVIVED": 0, "ERROR": 0}
+        results: dict[str, int] = {"KILLED": 0, "SINGLE": 0, "SURVIVED": 0, "ERROR": 0}
+        singles: list[str] = []
         for mutant in chosen:
-            if any(_selects(t, node) for t in mutant.tests for node in broken):
+            if any(_selects(t, node) for t in selection(mutant) for node in broken):
                 verdict, detail, seconds = "ERROR", "its tests fail without the mutant", 0.0
             else:
                 target = copy / "src" / "gradientmail" / mutant.file
                 target.write_text(_apply(mutant, sources[mutant.file]), encoding="utf-8")
                 try:
-                    status, output, seconds = _pytest(copy, list(mutant.tests), args.timeout)
+                    status, output, seconds = _pytest(copy, selection(mutant), args.timeout)
                 finally:
                     target.write_text(sources[mutant.file], encoding="utf-8")
                 if status is None:
                     verdict, detail = "KILLED", f"timed out after {args.timeout:.0f}s (a hang)"
                 elif status == 1:
                     failed = _failed(output)
-                    verdict, detail = (
-                        "KILLED",
-                        f"{_counts(output)}\n{'':10}caught by {_by_test(failed)}",
+                    killers = len(_functions(failed))
+                    verdict = "KILLED" if killers >= args.min_killers else "SINGLE"
+                    detail = (
+                        f"{_counts(output)}; {killers} test function(s)\n"
+                        f"{'':10}caught by {_by_test(failed)}"
                     )
+                    if verdict == "SINGLE":
+                        singles.append(mutant.name)
                 elif status == 0:
                     verdict, detail = "SURVIVED", f"{_counts(output)}: no selected test failed"
                 else:
@@ -1869,10 +1902,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{verdict:<9} {mutant.name:<48} {seconds:5.1f}s  {detail}", flush=True)
 
     total = time.perf_counter() - began
+    single = f", {results['SINGLE']} killed by fewer than {args.min_killers} test functions"
     print(
-        f"{len(chosen)} mutants: {results['KILLED']} killed, {results['SURVIVED']} survived, "
+        f"{len(chosen)} mutants: {results['KILLED']} killed"
+        f"{single if args.min_killers > 1 else ''}, {results['SURVIVED']} survived, "
         f"{results['ERROR']} errors ({total:.0f}s)"
     )
+    if singles:
+        print("caught by too few tests: " + " ".join(singles))
     return 0 if results["KILLED"] == len(chosen) else 1
 
 
