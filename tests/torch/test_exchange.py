@@ -248,6 +248,39 @@ def test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it() -> None:
         wait_until(partial(_more, exchange, 1), 60, "the second exchange")
 
 
+def test_stats_count_the_requests_and_bytes_an_exchange_costs() -> None:
+    """What the docs state an exchange costs, in ``stats.traffic``: two reads of the head,
+    the current version's ``F`` fragments only when another learner applied since this
+    one's last exchange, ``F`` fragment writes and one swap of the head."""
+    box = from_url("memory://exchange-traffic")
+    fragments, size = 4, 15 * 4  # 15 fp32 parameters in fragments of 16 bytes: 4 of them
+    with (
+        exact_exchange(integer_model(), box, "a", every=1) as a,
+        exact_exchange(integer_model(), box, "b", every=1) as b,
+    ):
+
+        def one_exchange(exchange: Exchange) -> Any:
+            before, done = exchange.stats.traffic, exchange.stats.exchanges
+            exchange.step()
+            wait_until(partial(_more, exchange, done), 30, "the exchange")
+            after = exchange.stats.traffic
+            return (
+                after.requests - before.requests,
+                after.bytes_read - before.bytes_read,
+                after.bytes_written - before.bytes_written,
+            )
+
+        head = len(box.get("exchange/model/head"))  # a few hundred bytes, about as read
+        requests, read, written = one_exchange(a)  # nobody applied since a's anchor
+        assert requests == 2 + fragments + 1
+        assert read < 3 * head  # the head twice: no fragment read
+        assert size <= written < size + 2 * head
+        requests, read, written = one_exchange(b)  # a applied since b's anchor
+        assert requests == 2 + fragments + fragments + 1
+        assert size <= read < size + 3 * head
+        assert size <= written < size + 2 * head
+
+
 # -- one start, late joins, restarts, refusals ----------------------------------------------------
 
 
