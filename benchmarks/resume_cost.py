@@ -198,7 +198,7 @@ def report(args: argparse.Namespace, new_url: Callable[[str], str]) -> None:
     print(
         f"  whole run: {r['seconds']:.2f} s; {r['pages'] * per:.2f} pages per 1000 units = "
         f"start scan {r['start_scan'] * per:.2f} + refreshes {r['refresh'] * per:.2f} + "
-        f"waiting scans {r['waiting'] * per:.2f} ({r['stats'].wait_scans} scans)"
+        f"waiting scans {r['waiting'] * per:.2f} ({r['stats'].cost.wait_scans} scans)"
     )
     print(
         f"  fresh run of the {left} units left, same learner, empty prefix: {base:.2f} s; "

@@ -50,7 +50,7 @@ Figures per (learners, units), per unit unless said:
     and the listing that confirms the end), ``leases`` and ``idle`` (a waiting learner's polls).
 ``scans``
     reclaim scans: listings of claims and completions made while waiting, with no unit free,
-    for others to finish (``QueueStats.wait_scans``), in total (not per unit).
+    for others to finish (``QueueStats.cost.wait_scans``), in total (not per unit).
 ``cpu/claim``
     learner processes' CPU seconds (``time.process_time``) over units, in microseconds, for
     the queue and for the ideal dispatcher (its learners do the same training and buffering).

@@ -9,7 +9,8 @@ mutant the script copies the repository (``src``, ``tests``, ``conformance``,
 copy (the working tree is never touched), runs the selected tests there with the copy's
 ``src`` first on ``PYTHONPATH``, and prints one line::
 
-    KILLED    <name>  <how many selected tests failed>  <seconds>
+    KILLED    <name>  <how many selected tests failed, in how many test functions>  <seconds>
+    SINGLE    <name>  killed, but by fewer distinct test functions than ``--min-killers``
     SURVIVED  <name>  every selected test passed: the bug goes unnoticed
     ERROR     <name>  the selection could not say (it fails without the mutant, or pytest
                       could not run it)
@@ -27,13 +28,15 @@ Before any mutant, the union of every selection runs once on the unmutated copy:
 that fails there would make its mutants look killed, so they are reported as ERROR.
 Tests run on ``memory://`` and ``file://`` only (``-k`` leaves the emulator rigs out); the
 same tests run on every backend in the full suite. The exit status is 1 if any mutant
-survived or errored.
+survived, errored, or (with ``--min-killers``) was caught by too few test functions.
 
 Usage::
 
     .venv/bin/python scripts/mutants.py              # every mutant
     .venv/bin/python scripts/mutants.py --list       # the table, without running
     .venv/bin/python scripts/mutants.py NAME [NAME]  # a subset, by name
+    .venv/bin/python scripts/mutants.py --files --min-killers 2
+        # each mutant against its test files whole: is it caught by two tests or more?
 
 This is a check of the tests' power, not part of CI (``make mutants``).
 """

@@ -22,7 +22,8 @@ class EpochProgress:
     #: whether the epoch shown has any claim or completion (an epoch asked for with
     #: ``--epoch`` may not have started).
     started: bool = True
-    #: units done in each epoch that has begun, epoch -> units done (0 up to the newest).
+    #: units done in the epoch shown and in each other epoch that has begun, up to the
+    #: newest: epoch -> units done.
     done: dict[int, int] = field(default_factory=dict)
 
 

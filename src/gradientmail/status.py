@@ -169,6 +169,22 @@ def _records(mailbox: Mailbox, prefix: str, unreadable: list[str]) -> dict[str, 
     return found
 
 
+def _done_per_epoch(mailbox: Mailbox, shown: RunLayout, newest: int, done: int) -> dict[int, int]:
+    """Units done in the epoch shown (``done``) and in each other epoch up to the newest
+    that has begun (any claim or completion): a run may skip epochs (``epochs=range(2,
+    5)``), and an epoch nobody started is not an unfinished one."""
+    counts = {}
+    for k in range(max(newest, shown.epoch) + 1):
+        if k == shown.epoch:
+            counts[k] = done
+            continue
+        layout = RunLayout(k)
+        finished = sum(1 for _ in mailbox.list(layout.done))
+        if finished or next(iter(mailbox.list(layout.units)), None) is not None:
+            counts[k] = finished
+    return counts
+
+
 def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
     """Read the manifest, the epoch's claims and completions, leases and progress records."""
     now = time.time()
@@ -186,10 +202,7 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
     layout = RunLayout(newest if epoch is None else epoch)
     claimed = {key[len(layout.units) :] for key in mailbox.list(layout.units)}
     done = {key[len(layout.done) :] for key in mailbox.list(layout.done)}
-    done_per_epoch = {
-        k: len(done) if k == layout.epoch else sum(1 for _ in mailbox.list(RunLayout(k).done))
-        for k in range(max(newest, layout.epoch) + 1)
-    }
+    done_per_epoch = _done_per_epoch(mailbox, layout, newest, len(done))
     reclaimed = sum(1 for _ in mailbox.list(layout.reclaimed))
     in_progress = 0
     for ident in claimed - done:
@@ -268,20 +281,22 @@ _LEARNER_FIELDS = (
 def as_json(status: RunStatus, url: str) -> dict[str, Any]:
     """``gradientmail status --json``: the facts of the table, for dashboards and alerts.
 
-    Schema (version 1): ``schema`` (1), ``url``, ``now`` (unix seconds), ``epoch``,
+    Schema (version 2): ``schema`` (2), ``url``, ``now`` (unix seconds), ``epoch``,
     ``newest_epoch``, ``epoch_started``, ``units`` ({``total`` (``null`` if unknown),
     ``done``, ``in_progress``, ``reclaimed``, ``free``, ``left``}), ``complete`` (every
     unit of the epoch shown and of every epoch before it is done), ``epoch_complete``
     (every unit of the epoch shown is done), ``stalled``, ``eta_s`` (``null`` if unknown),
     ``unfinished_epochs`` ({epoch: units left}, epochs before the one shown),
-    ``done_per_epoch`` ({epoch: units done}, every epoch up to the newest), ``learners``
+    ``done_per_epoch`` ({epoch: units done}, the epoch shown and every other epoch up to
+    the newest that has begun), ``learners``
     (one object per row, sorted like the table: ``learner``, ``state`` (``running``,
     ``silent``, ``expired``, ``finished``, ``failed``, ``released``, ``lost``), ``epoch``
     (the oldest epoch its lease names), ``epochs`` (the epochs it works in, where its
     epochs flow and two are open) and, where recorded, the other keys of
     ``_LEARNER_FIELDS``: counts, ``rate`` (samples/s), seconds and unix times), and
     ``unreadable`` (keys).
-    New keys may be added; existing ones keep their meaning.
+    New keys may be added; existing ones keep their meaning within a version. Version 2
+    changed ``complete`` (in version 1, the epoch shown alone, now ``epoch_complete``).
     """
     learners = []
     for row in status.learners:
@@ -289,7 +304,7 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
         entry.update({k: row[k] for k in _LEARNER_FIELDS if k in row})
         learners.append(entry)
     return {
-        "schema": 1,
+        "schema": 2,
         "url": redact(url),
         "now": status.now,
         "epoch": status.epoch,

@@ -131,3 +131,23 @@ def test_a_learner_working_in_two_flowing_epochs_shows_both(
         doc = json.loads(capsys.readouterr().out)
         (entry,) = [e for e in doc["learners"] if e["learner"] == "b"]
         assert entry["epochs"] == [1, 2]
+
+
+def test_a_run_that_began_at_a_later_epoch_is_complete_once_its_epochs_are_done(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Epochs nobody started (a run of ``epochs=range(2, 4)``) are not unfinished ones."""
+    url = f"file://{tmp_path}"
+    run_epoch(url, 2)
+    run_epoch(url, 3)
+    status = read_status(from_url(url))
+    assert status.epochs.done == {2: len(UNITS), 3: len(UNITS)}
+    assert status.unfinished_epochs == {}
+    assert status.run_complete
+    assert not status.stalled
+    assert "run complete: every unit is done" in format_status(status)
+    assert main(["status", url, "--watch", "--interval", "0.01"]) == 0
+    capsys.readouterr()
+    assert main(["status", url, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["complete"], doc["stalled"]) == (True, False)

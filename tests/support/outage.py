@@ -14,13 +14,15 @@ FAILURES = 3
 
 
 class Outage:
-    """Forwards to a mailbox; while :attr:`down` is set, every call fails as transient.
+    """Forwards to a mailbox; while :attr:`down` is set, every call fails as transient
+    (every call on a key starting with ``only``, when given).
 
     :attr:`failed` is set once :data:`FAILURES` calls failed during this outage.
     """
 
-    def __init__(self, inner: Mailbox) -> None:
+    def __init__(self, inner: Mailbox, only: str | None = None) -> None:
         self.inner = inner
+        self.only = only
         self.down = threading.Event()
         self.failed = threading.Event()
         self.failures = Counter[str]()
@@ -32,13 +34,18 @@ class Outage:
             return attribute
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            self._fail_if_down(name)
+            key = args[0] if args and isinstance(args[0], str) else ""
+            if self.only is None or key.startswith(self.only):
+                self._fail_if_down(name)
             return attribute(*args, **kwargs)
 
         return call
 
     def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
         """Fails part-way too: after the first key, while down."""
+        if self.only is not None and not prefix.startswith(self.only):
+            yield from self.inner.list(prefix, start_after=start_after)  # type: ignore[call-arg]
+            return
         self._fail_if_down("list")
         for n, key in enumerate(self.inner.list(prefix, start_after=start_after)):  # type: ignore[call-arg]
             if n:

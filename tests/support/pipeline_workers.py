@@ -165,8 +165,10 @@ def consumer_victim(
     ready: Any,
     options: dict[str, Any] | None = None,
     pipe_options: dict[str, Any] | None = None,
+    step_s: float = 0.005,
 ) -> None:
-    """A consumer process that signals itself (SIGKILL, SIGSTOP) after ``stop_after`` items.
+    """A consumer process that signals itself (SIGKILL, SIGSTOP) after ``stop_after`` items,
+    each taking ``step_s`` seconds of the loop.
 
     Sets ``ready`` once its consumer is open. Each item ``next()`` returned is appended to
     ``log_path`` before anything else happens; at the ``stop_after``-th, the process waits
@@ -197,7 +199,7 @@ def consumer_victim(
                 if n == stop_after:
                     holds_more.wait(JOIN)
                     os.kill(os.getpid(), stop_signal)
-                time.sleep(0.005)  # stands in for a training step
+                time.sleep(step_s)  # stands in for a training step
     except BaseException as exc:  # noqa: BLE001 - reported to the test through the log
         outcome = f"{type(exc).__name__}: {exc}".replace("\n", " ")
     finally:

@@ -61,6 +61,10 @@ def _local_root(url: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the status (repeatedly with ``--watch``); see the module docstring for exits."""
+    if args.plot:
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            raise ConfigurationError(f"--plot: the folder {folder!r} does not exist; create it")
     root = _local_root(args.url)
     waiting = False
     if root is not None and not os.path.isdir(root):
@@ -72,10 +76,6 @@ def run(args: argparse.Namespace) -> int:
         waiting = True
         while not os.path.isdir(root):
             time.sleep(args.interval)  # a redraw period, not synchronisation
-    if args.plot:
-        folder = os.path.dirname(os.path.abspath(args.plot))
-        if not os.path.isdir(folder):
-            raise ConfigurationError(f"--plot: the folder {folder!r} does not exist; create it")
     mailbox = from_url(args.url)
     while True:
         status = read_status(mailbox, args.epoch)

@@ -288,9 +288,18 @@ def test_a_paused_consumer_restarted_with_its_id_returns_nothing_beside_the_new_
         produce(url, NAMES, producer, count, pipe_options={"capacity": 200})
     log = tmp_path / "victim.log"
     ready = mp.get_context("spawn").Event()
-    never = 10**6  # it never stops itself: the test pauses it
+    never = 10**6  # it never stops itself: the test pauses it, long before its 6 s of items
     victim = spawn(
-        consumer_victim, url, NAMES, "victim", str(log), never, 0, ready, pipe_options=options
+        consumer_victim,
+        url,
+        NAMES,
+        "victim",
+        str(log),
+        never,
+        0,
+        ready,
+        pipe_options=options,
+        step_s=0.05,
     )
     assert ready.wait(JOIN), "the victim never opened its consumer"
     box = from_url(url)

@@ -96,12 +96,14 @@ def test_a_burst_of_503s_on_the_wire_is_waited_out(
     assert any("answered" in m and "again" in m for m in messages), messages
 
 
+@pytest.mark.parametrize("down", ["", "leases/"], ids=["store", "leases"])
 def test_a_learner_that_starts_during_an_outage_waits_for_the_store_and_runs(
-    box: Mailbox, caplog: pytest.LogCaptureFixture
+    box: Mailbox, caplog: pytest.LogCaptureFixture, down: str
 ) -> None:
     """The manifest and the lease are written through the same patience as the loader: a
-    learner started while the store is down waits (and says so), then runs the job."""
-    outage = Outage(box)
+    learner started while the store (or only its lease) is down waits, says so, then runs
+    the job."""
+    outage = Outage(box, only=down or None)
     outage.down.set()
 
     def end_outage() -> None:
@@ -122,5 +124,6 @@ def test_a_learner_that_starts_during_an_outage_waits_for_the_store_and_runs(
     assert sorted(got) == sorted(UNITS.values())
     assert queue.stats.run_complete
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("learner 'a'" in m and "retrying for up to 60 s" in m for m in messages)
+    who = "lease 'leases/a'" if down else "learner 'a'"
+    assert any(who in m and "retrying for up to 60 s" in m for m in messages), messages
     assert not any("giving up" in m for m in messages)

@@ -3,7 +3,8 @@ every epoch runs with, and :class:`Scope`, what one epoch's threads share, built
 epoch and read by the loader, its waiting and takeovers, and the completion recorder.
 
 Both are frozen: the parts they name stay the same for as long as the epoch runs. Each
-part guards its own state (the holdings their lock, the stats one writer each).
+part guards its own state (the holdings their lock); the stats are telemetry, counted
+without a lock by the threads of the learner's open epochs.
 """
 
 from __future__ import annotations
