@@ -226,6 +226,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "tests/patterns/shared_queue/test_lifecycle.py::test_completions_keep_up_units_held_stay_bounded",
+            "tests/patterns/shared_queue/test_waiting.py::test_no_idle_marker_while_a_finished_unit_awaits_its_record",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_learner_whose_last_record_is_slow_goes_idle_after_it_and_still_ends_the_epoch",
         ),
         "the loader claims on however many units await their completion records, so a "
         "learner killed then leaves many trained but unrecorded units to train again",
@@ -240,7 +242,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if self.scope.closing.is_set():\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_waiting.py",),
+        (
+            "tests/patterns/shared_queue/test_waiting.py::test_no_idle_marker_while_a_finished_unit_awaits_its_record",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_learner_whose_last_record_is_slow_goes_idle_after_it_and_still_ends_the_epoch",
+        ),
         "a learner marks itself idle while its own units still await their completion "
         "records, so the others may end the epoch before they are done",
     ),
@@ -249,8 +254,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_waiting.py",
         (("        if self.all_done():\n", "        if True:\n"),),
         (
-            "tests/patterns/shared_queue/test_lifecycle.py",
-            "tests/patterns/shared_queue/test_idle_watch.py",
+            "tests/patterns/shared_queue/test_idle_watch.py::test_a_marker_planted_for_a_working_learner_does_not_end_the_epoch",
+            "tests/patterns/shared_queue/test_completion_interleavings.py::test_a_completion_cut_between_its_two_writes_is_repaired_not_redelivered",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_restart_that_repairs_a_cut_completion_ends_at_its_next_poll",
         ),
         "with nobody busy, the leader ends the epoch without a listing of done/ showing "
         "every unit, though a learner may have died holding units unseen",
@@ -264,7 +270,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        self._walk.won(position)\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_claim_policy.py",),
+        (
+            "tests/patterns/shared_queue/test_claim_policy.py::test_a_backward_walk_that_loses_a_claim_goes_on_to_the_next_run_from_its_end",
+            "tests/patterns/shared_queue/test_claim_policy.py::test_a_watcher_sweeps_the_share_of_a_learner_that_left",
+        ),
         "after one lost claim the policy jumps (a page each) even once it wins again, "
         "instead of walking on from its last claim",
     ),
@@ -278,7 +287,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            walk.stops = set()\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_claim_policy.py",),
+        (
+            "tests/patterns/shared_queue/test_claim_policy.py::test_a_walk_stops_short_of_where_another_member_starts",
+            "tests/patterns/shared_queue/test_claim_policy.py::test_learners_that_start_together_lose_no_claim_where_another_starts",
+        ),
         "a walk runs into the next member's first unit, a lost claim at every member's "
         "start, instead of stopping short of it",
     ),
@@ -291,7 +303,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "                    if False:\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_claim_policy.py",),
+        (
+            "tests/patterns/shared_queue/test_claim_policy.py::test_a_short_run_in_a_long_order_is_left_to_its_walker_and_the_share_sweepers",
+            "tests/patterns/shared_queue/test_claim_policy.py::test_a_run_nobody_walks_is_taken_whole_by_either_sweeper_alone",
+        ),
         "both sweepers of a stretch start at the same unit, so two learners sweeping "
         "together lose a claim on every unit they meet",
     ),
@@ -304,7 +319,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if False:\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_claim_policy.py",),
+        (
+            "tests/patterns/shared_queue/test_claim_policy.py::test_without_pages_a_streak_of_lost_claims_refreshes_with_one_full_listing",
+            "tests/patterns/shared_queue/test_claim_policy.py::test_a_blind_learner_with_a_stale_view_loses_a_few_claims_then_lists_once",
+        ),
         "without partial listings a stale learner probes one lost claim after another "
         "and never refreshes what it believes with a listing",
     ),
@@ -390,8 +408,8 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/test_lease_clock.py::"
-            "test_a_failed_background_renewal_is_retried_next_period_and_fences_nothing",
+            "tests/patterns/test_lease_clock.py::test_a_failed_background_renewal_is_retried_next_period_and_fences_nothing",
+            "tests/patterns/test_lease_liveness.py::test_a_holder_renews_again_after_a_store_outage_and_is_not_declared_lost",
         ),
         "one failed background renewal ends the renewal thread: the lease then goes silent",
     ),
@@ -400,8 +418,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/_leases.py",
         (("                    self.renew_error = None\n", ""),),
         (
-            "tests/patterns/test_lease_clock.py::"
-            "test_a_failed_background_renewal_is_retried_next_period_and_fences_nothing",
+            "tests/patterns/test_lease_clock.py::test_a_failed_background_renewal_is_retried_next_period_and_fences_nothing",
+            "tests/patterns/test_lease_liveness.py::test_a_holder_renews_again_after_a_store_outage_and_is_not_declared_lost",
         ),
         "a renewal that succeeds after a failed one leaves the old error reported",
     ),
@@ -415,8 +433,8 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/pipeline/test_pipeline_consumer_clock.py::"
-            "test_a_consumer_acts_inside_its_window_and_stops_once_stale_and_unable_to_renew",
+            "tests/patterns/pipeline/test_pipeline_consumer_clock.py::test_a_consumer_acts_inside_its_window_and_stops_once_stale_and_unable_to_renew",
+            "tests/patterns/pipeline/test_pipeline_consumer_clock.py::test_a_consumer_declared_lost_returns_none_of_the_items_it_has_buffered",
         ),
         "a pipeline consumer past its freshness that cannot renew still returns items",
     ),
@@ -425,8 +443,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/pipeline/_mailbox_consumer.py",
         (("        except BackendError as exc:\n", "        except KeyNotFoundError as exc:\n"),),
         (
-            "tests/patterns/pipeline/test_pipeline_consumer_clock.py::"
-            "test_a_consumer_acts_inside_its_window_and_stops_once_stale_and_unable_to_renew",
+            "tests/patterns/pipeline/test_pipeline_consumer_clock.py::test_a_consumer_acts_inside_its_window_and_stops_once_stale_and_unable_to_renew",
+            "tests/patterns/pipeline/test_pipeline_consumer_clock.py::test_an_idle_consumer_fenced_by_its_prefetch_thread_raises_lease_lost_not_a_store_error",
         ),
         "a store error while recording a fenced consumer's stop replaces its LeaseLostError",
     ),
@@ -440,8 +458,8 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/shared_queue/test_fenced_close.py::"
-            "test_a_learner_fenced_for_a_stale_lease_raises_lease_lost_and_never_reads_finished",
+            "tests/patterns/shared_queue/test_fenced_close.py::test_a_learner_fenced_for_a_stale_lease_raises_lease_lost_and_never_reads_finished",
+            "tests/patterns/shared_queue/test_fenced_close.py::test_status_shows_a_learner_fenced_at_its_first_item_failed_not_released",
         ),
         "a learner fenced for a stale lease records its lease as released, not failed",
     ),
@@ -526,8 +544,9 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/shared_queue/test_lifecycle.py::"
-            "test_a_restarted_learner_takes_back_its_own_units_first",
+            "tests/patterns/shared_queue/test_lifecycle.py::test_a_restarted_learner_takes_back_its_own_units_first[rig_file]",
+            "tests/patterns/shared_queue/test_resume.py::test_a_learner_restarted_after_leaving_early_takes_back_what_it_released_first",
+            "tests/patterns/shared_queue/test_resume.py::test_a_learner_restarted_after_dying_takes_its_units_back_before_claiming_a_free_one",
         ),
         "a restarted learner claims free units before the ones its old incarnation held",
     ),
@@ -634,7 +653,11 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        self.scope.closing.wait(self._poll_at - now)",
             ),
         ),
-        ("tests/patterns/shared_queue/test_end_notice.py",),
+        (
+            "tests/patterns/shared_queue/test_end_notice.py::test_a_learner_waiting_long_notices_the_end_within_the_bound_at_a_60_s_lease",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_waiting_learner_looks_for_the_end_each_second_and_ends_within_one",
+            "tests/patterns/shared_queue/test_waiting.py::test_the_learner_that_finishes_last_ends_the_epoch_at_once_leader_or_not",
+        ),
         "a waiting learner sleeps until its next full poll, up to a renewal period (20 s "
         "at the default lease), so it notices the end of the epoch that late",
     ),
@@ -647,7 +670,11 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            return Next.WAIT\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_end_notice.py",),
+        (
+            "tests/patterns/shared_queue/test_end_notice.py::test_a_learner_waiting_long_notices_the_end_within_the_bound_at_a_60_s_lease",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_waiting_learner_looks_for_the_end_each_second_and_ends_within_one",
+            "tests/patterns/shared_queue/test_waiting.py::test_the_learner_that_finishes_last_ends_the_epoch_at_once_leader_or_not",
+        ),
         "between full polls a waiting learner reads nothing, so the end reaches it only at "
         "its next full poll",
     ),
@@ -655,7 +682,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "last-idle-leaves-the-end-to-the-leader",
         "patterns/shared_queue/_waiting.py",
         (("        if not last:\n", "        if True:\n"),),
-        ("tests/patterns/shared_queue/test_end_notice.py",),
+        (
+            "tests/patterns/shared_queue/test_end_notice.py::test_a_learner_waiting_long_notices_the_end_within_the_bound_at_a_60_s_lease",
+            "tests/patterns/shared_queue/test_waiting.py::test_the_learner_that_finishes_last_ends_the_epoch_at_once_leader_or_not",
+        ),
         "the learner that finishes last waits for the leader to list done/, which it does "
         "only at its next full poll",
     ),
@@ -668,7 +698,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if not self.cas:\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_without_cas.py",),
+        (
+            "tests/patterns/shared_queue/test_without_cas.py::test_an_early_exit_deletes_the_learners_unfinished_claims",
+            "tests/patterns/shared_queue/test_without_cas.py::test_a_released_claim_is_gone_so_the_next_learner_claims_the_unit_with_a_create",
+        ),
         "without compare-and-swap an early exit leaves its unfinished claims, which are "
         "permanent there: nobody ever finishes those units",
     ),
@@ -681,7 +714,11 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if not waiting:\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_without_cas.py",),
+        (
+            "tests/patterns/shared_queue/test_without_cas.py::test_three_learners_complete_every_unit_exactly_once",
+            "tests/patterns/shared_queue/test_without_cas.py::test_a_learner_that_finds_only_others_claims_ends_and_status_says_why",
+            "tests/patterns/shared_queue/test_waiting.py::test_without_compare_and_swap_a_learner_finding_only_live_claims_ends_at_its_first_step",
+        ),
         "without compare-and-swap a learner that finds others' claims reads them to take "
         "them over, and fails on the swap the store does not have",
     ),
@@ -694,7 +731,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if not self.wait_for_others:\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_without_cas.py",),
+        (
+            "tests/patterns/shared_queue/test_without_cas.py::test_a_learner_that_finds_only_others_claims_ends_and_status_says_why",
+            "tests/patterns/shared_queue/test_waiting.py::test_without_compare_and_swap_a_learner_finding_only_live_claims_ends_at_its_first_step",
+        ),
         "without compare-and-swap a learner waits for units others hold, which no takeover "
         "can ever free: it hangs while the holder lives",
     ),
@@ -707,7 +747,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        self.backoff.reset()\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_completion_interleavings.py",),
+        (
+            "tests/patterns/shared_queue/test_completion_interleavings.py::test_a_completion_cut_between_its_two_writes_is_repaired_not_redelivered",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_restart_that_repairs_a_cut_completion_ends_at_its_next_poll",
+        ),
         "after a learner writes a completion record it repaired, it waits a renewal period "
         "before it lists done/ again, so the epoch ends 20 s late at the default lease",
     ),
@@ -721,7 +764,11 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        self.mailbox.put(key, encode_record(record))\n        declared = True\n",
             ),
         ),
-        ("tests/patterns/test_lease_interleavings.py",),
+        (
+            "tests/patterns/test_lease_interleavings.py::test_an_owner_renewing_while_declared_lost_stays_the_owner",
+            "tests/patterns/test_lease_interleavings.py::test_an_owner_that_stays_silent_is_declared_lost_exactly_once",
+            "tests/patterns/test_lease_interleavings.py::test_an_owner_that_ends_while_declared_lost_is_gone_and_keeps_its_record",
+        ),
         "an observer overwrites a lease renewed after its read: a live owner is declared "
         "lost and fenced",
     ),
@@ -734,7 +781,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            return False\n",
             ),
         ),
-        ("tests/patterns/test_lease_interleavings.py",),
+        (
+            "tests/patterns/test_lease_interleavings.py::test_an_owner_that_stays_silent_is_declared_lost_exactly_once",
+            "tests/patterns/test_lease_interleavings.py::test_an_owner_that_ends_while_declared_lost_is_gone_and_keeps_its_record",
+        ),
         "an observer that lost the race to declare a silent owner lost reports it alive, "
         "and leaves its units for a later poll",
     ),
@@ -742,7 +792,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "silent-learner-never-suspected",
         "patterns/shared_queue/_idle_markers.py",
         (("                suspects.append(holder)\n", "                pass\n"),),
-        ("tests/patterns/shared_queue/test_idle_suspects.py",),
+        (
+            "tests/patterns/shared_queue/test_idle_suspects.py::test_a_learner_of_this_epoch_whose_lease_went_silent_is_a_suspect",
+            "tests/patterns/shared_queue/test_idle_watch.py::test_a_working_learner_stays_busy_and_one_that_left_is_a_suspect",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_busy_learner_that_renews_once_suspected_stays_watched_and_is_not_scanned_for",
+        ),
         "a busy learner whose lease went silent is never a suspect: its units wait for the "
         "end-of-epoch safety net instead of a takeover",
     ),
@@ -750,7 +804,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "settle-marks-a-renewed-suspect",
         "patterns/shared_queue/_idle_markers.py",
         (("            gone = state.dead and (\n", "            gone = True or (\n"),),
-        ("tests/patterns/shared_queue/test_idle_suspects.py",),
+        (
+            "tests/patterns/shared_queue/test_idle_suspects.py::test_a_suspect_that_renews_before_settle_is_left_alone",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_busy_learner_that_renews_once_suspected_stays_watched_and_is_not_scanned_for",
+        ),
         "settle marks a suspect idle although it renewed: a live learner is left unwatched "
         "while it still works",
     ),
@@ -764,8 +821,8 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/shared_queue/test_claim_policy.py::"
-            "test_a_short_run_at_either_end_of_the_order_is_found_and_walked_back",
+            "tests/patterns/shared_queue/test_claim_policy.py::test_a_short_run_at_either_end_of_the_order_is_found_and_walked_back",
+            "tests/patterns/shared_queue/test_claim_policy.py::test_a_sweep_takes_a_run_at_the_front_of_the_order_down_to_position_0",
         ),
         "a backward walk never claims the first unit of the order: a run at the front "
         "loses its first unit to a later sweep or takeover",
@@ -782,9 +839,8 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/patterns/shared_queue/test_free_runs.py",
-            "tests/patterns/shared_queue/test_claim_policy.py::"
-            "test_a_short_run_at_either_end_of_the_order_is_found_and_walked_back",
+            "tests/patterns/shared_queue/test_free_runs.py::test_runs_at_the_front_and_at_the_end_of_the_order_are_found",
+            "tests/patterns/shared_queue/test_claim_policy.py::test_a_jumps_pages_go_on_to_a_free_unit_at_the_very_end_of_the_order",
         ),
         "the run after a position is looked for one unit short of the end: a free unit at "
         "the end of the order is passed over for one at the front",
@@ -793,7 +849,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "delivery-wait-skips-the-record-in-flight",
         "patterns/pipeline/_deliveries.py",
         (("        self._thread.flush()\n", "        pass\n"),),
-        ("tests/patterns/pipeline/test_delivery_recorder.py",),
+        (
+            "tests/patterns/pipeline/test_delivery_recorder.py::test_wait_blocks_until_the_record_in_flight_has_landed",
+            "tests/patterns/pipeline/test_delivery_recorder.py::test_records_land_in_order_and_wait_returns_once_they_have",
+            "tests/patterns/pipeline/test_pipeline_takeover.py::test_when_next_returns_an_item_the_one_before_it_is_recorded_delivered",
+        ),
         "next() returns the following item before the previous one's delivery record "
         "landed: two deliveries are unrecorded at once, and a failed one is raised late",
     ),
@@ -801,7 +861,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "delivery-error-swallowed",
         "patterns/pipeline/_deliveries.py",
         (("            self._error = exc\n", "            pass\n"),),
-        ("tests/patterns/pipeline/test_delivery_recorder.py",),
+        (
+            "tests/patterns/pipeline/test_delivery_recorder.py::test_a_failed_record_is_raised_by_the_next_wait_once",
+            "tests/patterns/pipeline/test_delivery_recorder.py::test_close_lets_the_record_in_flight_land_and_returns_its_error",
+            "tests/patterns/pipeline/test_pipeline_takeover.py::test_an_item_taken_over_before_its_delivery_record_landed_fails_the_consumer",
+        ),
         "a delivery record that failed is forgotten: the consumer goes on as if the item "
         "were recorded delivered",
     ),
@@ -814,7 +878,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        group.advance(claim.n + 1 if claim.settled else 0)\n",
             ),
         ),
-        ("tests/patterns/pipeline/test_undelivered.py",),
+        (
+            "tests/patterns/pipeline/test_undelivered.py::test_a_later_claim_of_the_owner_forgets_the_ones_it_shows_delivered",
+            "tests/patterns/pipeline/test_undelivered.py::test_at_the_end_claims_a_later_claim_shows_delivered_are_not_read_again",
+        ),
         "a consumer keeps every claim it passed until it sees that very claim delivered: "
         "it reads them all again at the end instead of trusting the owner's order",
     ),
@@ -827,7 +894,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "key=lambda entry: -entry[1]):\n",
             ),
         ),
-        ("tests/patterns/pipeline/test_undelivered.py",),
+        (
+            "tests/patterns/pipeline/test_undelivered.py::test_a_dead_owners_items_are_taken_lowest_number_first_and_delivered_ones_never",
+            "tests/patterns/pipeline/test_pipeline_takeover.py::test_a_closed_consumers_items_are_taken_over_in_the_order_it_claimed_them",
+        ),
         "a dead owner's items are taken over from its newest claim back: a producer's items "
         "reach the next consumer out of order",
     ),
@@ -840,7 +910,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            if not group.dead:\n",
             ),
         ),
-        ("tests/patterns/pipeline/test_undelivered.py",),
+        (
+            "tests/patterns/pipeline/test_undelivered.py::test_a_live_owner_is_observed_once_a_period_and_its_items_are_left",
+            "tests/patterns/pipeline/test_pipeline_takeover.py::test_a_consumer_waiting_for_a_live_owners_item_reads_its_lease_once_a_period",
+        ),
         "a consumer with nothing else to take reads a live owner's lease on every poll, "
         "not once per renewal period",
     ),
@@ -901,7 +974,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        new = self.mailbox.get_versioned(key)[1]\n",
             ),
         ),
-        ("tests/patterns/shared_queue/test_unit_claim_transitions.py",),
+        (
+            "tests/patterns/shared_queue/test_unit_claim_transitions.py::test_two_learners_taking_over_one_released_unit_from_one_read_one_wins",
+            "tests/patterns/shared_queue/test_unit_claim_transitions.py::test_a_takeover_from_a_stale_read_loses_to_the_owners_completion",
+        ),
         "a unit is taken over with a plain put: two takers both win, and a completed unit "
         "can be taken back from a stale read",
     ),
@@ -1051,7 +1127,11 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
             ),
         ),
-        ("tests/patterns/test_lease_liveness.py",),
+        (
+            "tests/patterns/test_lease_liveness.py::test_a_started_lease_renews_in_the_background",
+            "tests/patterns/test_lease_liveness.py::test_a_watcher_never_declares_a_renewing_holder_dead",
+            "tests/patterns/test_lease_clock.py::test_a_failed_background_renewal_is_retried_next_period_and_fences_nothing",
+        ),
         "the background thread of a lease never renews it: an idle live holder is declared "
         "dead after one lease duration",
     ),
@@ -1059,7 +1139,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "lease-watcher-ignores-renewals",
         "patterns/_lease_watch.py",
         (("        if seen is None or seen[0] != mark:\n", "        if seen is None:\n"),),
-        ("tests/patterns/test_lease_liveness.py", "tests/patterns/test_lease_clock.py"),
+        (
+            "tests/patterns/test_lease_clock.py::test_a_renewal_restarts_the_observers_count",
+            "tests/patterns/test_lease_liveness.py::test_a_watcher_never_declares_a_renewing_holder_dead",
+        ),
         "a lease watcher measures silence from its first observation, not from the last "
         "change: it declares a renewing (live) holder dead",
     ),
@@ -1073,7 +1156,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            self._stored(new, self.clock())\n",
             ),
         ),
-        ("tests/patterns/test_lease_clock.py",),
+        (
+            "tests/patterns/test_lease_clock.py::test_freshness_counts_from_when_a_renewal_was_sent_not_answered",
+            "tests/patterns/test_lease_clock.py::test_a_holder_answered_late_never_acts_once_an_observer_declared_it_lost",
+        ),
         "a holder counts its freshness from when a renewal was answered, not sent: a slow "
         "answer lets it act after an observer may already have declared it dead",
     ),
@@ -1086,7 +1172,11 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        self._own.fresh_until = sent + self.duration\n",
             ),
         ),
-        ("tests/patterns/test_lease_clock.py",),
+        (
+            "tests/patterns/test_lease_clock.py::test_the_holder_acts_without_a_request_inside_its_window_and_renews_past_it",
+            "tests/patterns/test_lease_clock.py::test_a_stale_holder_that_cannot_renew_stops_acting",
+            "tests/patterns/shared_queue/test_incarnation_takeover.py::test_the_earlier_incarnation_is_stale_when_the_new_one_takes_over",
+        ),
         "a holder trusts a renewal for the whole lease, no margin: it acts up to the moment "
         "an observer may take its work",
     ),
@@ -1100,7 +1190,11 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        except ZeroDivisionError as exc:\n",
             ),
         ),
-        ("tests/patterns/test_lease_clock.py",),
+        (
+            "tests/patterns/test_lease_clock.py::test_a_stale_holder_that_cannot_renew_stops_acting",
+            "tests/patterns/test_lease_clock.py::test_an_observer_with_another_lease_setting_declares_a_silent_holder_lost_on_its_lease",
+            "tests/patterns/shared_queue/test_fenced_close.py::test_a_learner_fenced_for_a_stale_lease_raises_lease_lost_and_never_reads_finished",
+        ),
         "a stale holder whose renewal fails acts anyway, on work another may take over",
     ),
     Mutant(
@@ -1112,7 +1206,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        duration = self.duration\n",
             ),
         ),
-        ("tests/patterns/test_lease_clock.py",),
+        (
+            "tests/patterns/test_lease_clock.py::test_an_observer_counts_silence_by_the_duration_the_lease_states",
+            "tests/patterns/test_lease_clock.py::test_an_observer_with_another_lease_setting_declares_a_silent_holder_lost_on_its_lease",
+        ),
         "an observer configured with a shorter lease than the holder's declares a live "
         "holder dead by its own figure",
     ),
@@ -1367,7 +1464,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "lease-takeover-after-periods",
         "patterns/_leases.py",
         (("        window = TAKEOVER_FRACTION * duration", "        window = period * 1.5"),),
-        ("tests/patterns/shared_queue/test_incarnation_takeover.py",),
+        (
+            "tests/patterns/shared_queue/test_incarnation_takeover.py::test_the_earlier_incarnation_is_stale_when_the_new_one_takes_over",
+            "tests/patterns/shared_queue/test_incarnation_takeover.py::test_the_wait_is_logged_at_info_with_its_length",
+        ),
         "a restart takes its id's lease over after 1.5 renewal periods, while the paused "
         "earlier incarnation still trusts its last renewal: both deliver",
     ),
@@ -1547,6 +1647,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (('            _log.warning(_TWIN_ENDED, holder, where, current[0].get("state"))\n', ""),),
         (
             "tests/patterns/shared_queue/test_incarnation_takeover.py::test_a_live_holder_that_ends_while_the_new_one_waits_is_named_at_warning",
+            "tests/patterns/shared_queue/test_incarnation_takeover.py::test_a_learner_started_beside_a_twin_that_then_finishes_names_it_at_warning",
         ),
         "two live processes given one id overlap briefly: the second takes over in silence "
         "and trains what is left, often nothing, and exits 0",
@@ -1583,6 +1684,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (("            if new is None:\n                raise self._taken(held)\n", ""),),
         (
             "tests/patterns/pipeline/test_item_claims.py::test_a_delivery_of_an_item_taken_over_is_refused_naming_the_taker",
+            "tests/patterns/pipeline/test_pipeline_takeover.py::test_an_item_taken_over_before_its_delivery_record_landed_fails_the_consumer",
         ),
         "a consumer whose item was taken over still returns it: two consumers deliver it",
     ),
@@ -1597,6 +1699,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "tests/patterns/pipeline/test_item_claims.py::test_an_owner_that_delivers_between_a_note_and_a_takeover_keeps_the_item",
+            "tests/patterns/pipeline/test_item_claims.py::test_a_delivery_of_an_item_taken_over_is_refused_naming_the_taker",
         ),
         "a takeover overwrites a claim its owner delivered after the note: the item is "
         "delivered twice",
@@ -1697,6 +1800,27 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a restart with the same id takes the lease over while its paused earlier incarnation "
         "still trusts its last renewal: woken, the old one delivers beside the new one",
+    ),
+    Mutant(
+        "early-exit-releases-nothing",
+        "patterns/shared_queue/_epoch.py",
+        (
+            (
+                "        if not self._ended or self.gated:\n",
+                "        if self._ended and self.gated:\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_early_exit.py::"
+            "test_an_early_exit_leaves_each_claim_it_held_released_and_counts_them",
+            "tests/patterns/shared_queue/test_early_exit.py::"
+            "test_the_next_learner_takes_the_released_units_as_released_not_as_a_dead_learners",
+            "tests/patterns/shared_queue/test_resume.py::"
+            "test_a_learner_restarted_after_leaving_early_takes_back_what_it_released_first",
+        ),
+        "a learner that leaves early releases nothing: its unfinished claims stay claimed "
+        "until another learner, finding its lease released, takes them over as a dead "
+        "learner's; status counts them in progress meanwhile",
     ),
 )
 

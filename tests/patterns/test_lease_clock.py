@@ -18,6 +18,7 @@ from gradientmail.patterns._lease_watch import LeaseWatcher
 from gradientmail.patterns._leases import SAFE_FRACTION, Lease
 from tests.support.clock import FakeClock
 from tests.support.delegating import Delegating
+from tests.support.interleave import Interleave
 
 DURATION = 30.0
 
@@ -185,3 +186,55 @@ def test_a_failed_background_renewal_is_retried_next_period_and_fences_nothing(
     assert isinstance(third, BackendError)
     assert before_fourth is None, "a successful renewal left the old error"
     assert not lease.lost
+
+
+def test_a_holder_answered_late_never_acts_once_an_observer_declared_it_lost(
+    box: Mailbox,
+) -> None:
+    """An observer reads a renewal the moment it lands, and its answer reaches the holder
+    20 s later. The observer counts silence from its read, so the holder counts its window
+    from the send: once the observer declares it lost, the holder's next act is refused."""
+    clock = FakeClock()
+    holder = Lease(box, "leases/h", "h", duration=DURATION, clock=clock)
+    holder.acquire()
+    watcher = LeaseWatcher(box, "leases/", duration=DURATION, clock=clock)
+
+    def landed_then_answered_late() -> None:
+        assert not watcher.observe("h").dead  # the observer's count starts at the send
+        clock.advance(20.0)
+
+    late = Interleave(box, "put_if_match", "leases/h", landed_then_answered_late)
+    holder.mailbox = late  # type: ignore[assignment]
+    holder.renew()
+    clock.advance(DURATION - 20.0)  # a whole lease since the observer saw the renewal
+    observed = watcher.observe("h")
+    assert observed.dead
+    assert watcher.declare_if_dead(observed, "w")
+    with pytest.raises(LeaseLostError, match="declared lost by 'w'"):
+        holder.ensure_fresh()  # trusting the renewal from its answer would act here
+
+
+@pytest.mark.parametrize("observer_lease", [5.0, 120.0], ids=["shorter", "longer"])
+def test_an_observer_with_another_lease_setting_declares_a_silent_holder_lost_on_its_lease(
+    box: Mailbox, observer_lease: float
+) -> None:
+    """A holder cut off from the store goes silent, watched by an observer started with
+    another ``lease=`` (a learner restarted with a different setting). The observer declares
+    it lost after one lease of the holder's own, whatever its setting: never while the
+    holder may still act on its last renewal, and not later either."""
+    clock = FakeClock()
+    holder = Lease(box, "leases/h", "h", duration=DURATION, clock=clock)
+    holder.acquire()
+    watcher = LeaseWatcher(box, "leases/", duration=observer_lease, clock=clock)
+    holder.mailbox = FailingWrites(box)  # type: ignore[assignment]
+    start = clock()
+    step = 0.5
+    while not watcher.declare_if_dead(watcher.observe("h"), "w"):
+        clock.advance(step)
+        assert clock() - start <= DURATION, "a holder silent for its whole lease is not lost"
+    assert clock() - start == DURATION, "declared lost before the holder's lease ran out"
+    with pytest.raises(LeaseLostError, match="could not renew"):
+        holder.ensure_fresh()  # it stopped acting at SAFE_FRACTION of its lease
+    holder.mailbox = box  # the store answers again: the holder learns it was declared lost
+    with pytest.raises(LeaseLostError, match="declared lost by 'w'"):
+        holder.ensure_fresh()

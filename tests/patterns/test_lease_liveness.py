@@ -4,8 +4,8 @@ Every pattern whose workers can die rests on :mod:`gradientmail.patterns._leases
 background thread rewrites its record, an observer declares it dead only after seeing the
 record unchanged for the lease duration, and a holder declared dead stops acting. Here a
 holder is idle (it never calls ``ensure_fresh``), so only its background renewals keep it
-alive; and a pipeline producer declared lost must refuse its next items. Each test runs on
-every backend.
+alive, through a store outage too; and a pipeline producer declared lost must refuse its
+next items. Each test runs on every backend.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from collections.abc import Callable
 
 import pytest
 
-from gradientmail import Capability, LeaseLostError, Mailbox
+from gradientmail import BackendError, Capability, LeaseLostError, Mailbox
 from gradientmail.patterns._claims import decode_record
 from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns.pipeline import Pipeline, PipelineAbortedError
 from gradientmail.patterns.pipeline._records import PRODUCER_LEASES
+from tests.support.outage import Outage
 from tests.support.pipeline_workers import FAST, payload
 
 pytestmark = pytest.mark.timeout(60)
@@ -129,3 +130,30 @@ def test_a_producer_declared_lost_refuses_its_next_items(cas_box: Mailbox) -> No
     assert "was declared lost" in str(refused[0])
     with pytest.raises(PipelineAbortedError):
         producer.put(payload("p", 2))
+
+
+def test_a_holder_renews_again_after_a_store_outage_and_is_not_declared_lost(
+    cas_box: Mailbox,
+) -> None:
+    """The store fails every renewal for a few periods, fewer than a lease, then answers
+    again. The background thread keeps trying: ``renew_error`` reports the outage while it
+    lasts and is cleared once a renewal lands, and an observer that watched the record
+    from before the outage cannot declare the holder lost."""
+    outage = Outage(cas_box, only="leases/h")
+    lease = Lease(outage, "leases/h", "h", duration=3.0, period=0.02)  # type: ignore[arg-type]
+    lease.acquire()
+    watcher = LeaseWatcher(cas_box, "leases/", duration=3.0)
+    watcher.observe("h")
+    outage.down.set()
+    lease.start()
+    try:
+        assert outage.failed.wait(BOUND), "the renewal thread stopped at its first failure"
+        assert isinstance(lease.renew_error, BackendError)
+        during = lease.renewals
+        outage.down.clear()
+        _until(lambda: lease.renewals >= during + 2, "two renewals once the store answers")
+        assert lease.renew_error is None, "renewals land again, yet the outage is reported"
+        assert not watcher.declare_lost("h", "w"), "declared lost although it renewed"
+    finally:
+        lease.end()
+    assert not lease.lost

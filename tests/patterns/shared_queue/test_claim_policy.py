@@ -498,3 +498,87 @@ def test_a_resting_learner_looks_a_page_further_each_time_and_shares_a_long_run(
     assert tired.pages - pages <= 51  # no page more
     policy.rebuild(set())  # a scan found units free again: it searches (and looks) afresh
     assert not policy.resting
+
+
+def claim_until_won(learner: Policy, box: Mailbox, identifiers: list[str]) -> tuple[int, int]:
+    """Claim as the loader does (``put_if_absent``, then ``won`` or ``lost``) until a claim
+    is won; the position won and the claims lost on the way."""
+    lost = 0
+    while True:
+        position = learner.policy.next()
+        assert position is not None, "no unit believed free, although one is"
+        if box.put_if_absent(PREFIX + identifiers[position], b"{}"):
+            learner.policy.won(position)
+            return position, lost
+        learner.policy.lost(position)
+        lost += 1
+        assert lost <= len(identifiers), "it never found the free units"
+
+
+def test_learners_that_start_together_lose_no_claim_where_another_starts() -> None:
+    """Each member claims its first unit at once; a learner walking up to the next member's
+    start loses no claim there (it costs a create each): it jumps, its page shows the
+    member's claims, and it claims a unit still free."""
+    identifiers = ids(10_000)
+    probe = Policy(empty_box(), identifiers, members=MEMBERS).policy
+    starts = sorted(probe.start_of(name) for name in MEMBERS)
+    for name in MEMBERS:
+        start = probe.start_of(name)
+        if start == starts[-1]:
+            continue  # the last one walks to the end of the order
+        following = starts[starts.index(start) + 1]
+        box = box_with_claims([identifiers[p] for p in starts if p != start])
+        learner = Policy(box, identifiers, name, members=MEMBERS)
+        claimed = []
+        while learner.pages == 0:  # its walk, up to the jump
+            position, lost = claim_until_won(learner, box, identifiers)
+            assert lost == 0, (name, position)
+            claimed.append(position)
+        assert claimed[: following - start] == list(range(start, following)), name
+        assert following not in claimed
+
+
+def test_a_blind_learner_with_a_stale_view_loses_a_few_claims_then_lists_once() -> None:
+    """Without partial listings a learner that believes every unit free while most are
+    claimed probes a few units, then refreshes what it believes with one full listing and
+    claims a free unit: it does not lose a claim on every unit others hold."""
+    identifiers = ids(1000)
+    free = range(900, 1000)
+    for name in MEMBERS:
+        box = box_with_claims([u for p, u in enumerate(identifiers) if p not in free])
+        learner = Policy(OldList(box), identifiers, name, members=[])  # type: ignore[arg-type]
+        assert not learner.policy.paged
+        position, lost = claim_until_won(learner, box, identifiers)
+        assert position in free, name
+        assert lost <= PROBES_BEFORE_LISTING, (name, lost)
+        assert learner.pages <= 1, name
+        assert learner.stats.listed_keys <= len(identifiers) - len(free), name
+
+
+def test_a_sweep_takes_a_run_at_the_front_of_the_order_down_to_position_0() -> None:
+    """Nobody walks a run at position 0 (its learner left): whichever sweeper of the first
+    stretch comes takes every unit of it, the first unit of the order included."""
+    free = range(0, 3)
+    identifiers, box = end_of_epoch(free)
+    walks = []
+    for name in MEMBERS:
+        learner = Policy(box, identifiers, name, members=MEMBERS)
+        if 0 in learner.policy.share():
+            walks.append(learner.walk(learner.policy.sweep(MEMBERS)))
+    assert len(walks) == SWEEPERS
+    assert sorted(walks) == sorted([[2, 1, 0], [1, 0, 2]])
+
+
+def test_a_jumps_pages_go_on_to_a_free_unit_at_the_very_end_of_the_order() -> None:
+    """A stale view believes a run at the front free and the last unit; the store has only
+    the last unit free. The page at the front shows its run taken, and the next page starts
+    at the next run believed free after it, the last unit, not back at the front: every
+    learner claims it, whatever its share of the sweep."""
+    identifiers = ids(3 * PAGE)
+    last = len(identifiers) - 1
+    box = box_with_claims(identifiers[:last])
+    seen = identifiers[10:last]  # its scan saw the claims between
+    for name in MEMBERS:
+        learner = Policy(box, identifiers, name, members=MEMBERS, claimed=seen)
+        assert learner.jump_after_losing(0) == last, name
+        assert learner.pages == 2, name  # the front's page, then the end's

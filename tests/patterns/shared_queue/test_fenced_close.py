@@ -1,5 +1,6 @@
 """A learner fenced because it could not renew: its loop sees ``LeaseLostError``, and its
-lease never reads ``finished``.
+lease never reads ``finished``, nor ``released`` as if it had left early: ``gradientmail
+status`` shows it failed.
 
 The fence is reached on a clock the test drives: the lease's last renewal is made stale
 while every lease write fails, as it would in a partition.
@@ -16,6 +17,7 @@ import pytest
 from gradientmail import BackendError, LeaseLostError, Mailbox
 from gradientmail.patterns._leases import SAFE_FRACTION
 from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.status import format_status, read_status
 from tests.support.clock import FakeClock
 from tests.support.delegating import Delegating
 
@@ -73,3 +75,25 @@ def test_a_learner_fenced_for_a_stale_lease_raises_lease_lost_and_never_reads_fi
     assert state != "finished", "a fenced learner's lease says it finished"
     if back_for_close:
         assert state == "failed"
+
+
+def test_status_shows_a_learner_fenced_at_its_first_item_failed_not_released(
+    box: Mailbox,
+) -> None:
+    """Fenced before it delivered anything, the store back by the time it closes: the
+    learner did not choose to leave, so ``status`` must not read as an early exit."""
+    with (  # noqa: PT012 - the error comes from the loop, after the fence is set up
+        pytest.raises(LeaseLostError),
+        shared_queue(
+            UNITS, mailbox=box, learner_id="a", load=lambda n: [n], prefetch=1, lease=LEASE
+        ) as q,
+    ):
+        failing = _fence(q, box)
+        try:
+            next(iter(q))
+        finally:
+            failing.down = False  # the store is back for the close
+    status = read_status(box)
+    (row,) = [r for r in status.learners if r["learner"] == "a"]
+    assert row["state"] == "failed", row
+    assert "released" not in format_status(status)

@@ -100,3 +100,38 @@ def test_a_restart_after_a_clean_end_says_nothing_at_warning(
     with caplog.at_level(logging.INFO, logger="gradientmail.patterns._leases"):
         Lease(box, "leases/again", "again", duration=1.5, period=0.1).acquire()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_learner_started_beside_a_twin_that_then_finishes_names_it_at_warning(
+    box: Mailbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through ``shared_queue``: a second process is started with the id of one that is
+    still running and then finishes, every unit done, while the second watches its lease.
+    The second runs what is left (nothing) and ends normally, and its log says why it
+    trained nothing: another process with its id finished while it waited."""
+    from contextlib import ExitStack
+
+    from gradientmail.patterns.shared_queue import shared_queue
+    from tests.support.interleave import Interleave
+
+    units = {f"u{i}": i for i in range(4)}
+    with ExitStack() as first:
+        queue = first.enter_context(
+            shared_queue(units, mailbox=box, learner_id="twin", load=lambda u: [u], lease=1.5)
+        )
+        assert sorted(queue) == [0, 1, 2, 3]
+        # The second's first look at the lease, then the first leaves its block.
+        watching = Interleave(box, "get_versioned", "leases/twin", first.close)
+        with (
+            caplog.at_level(logging.INFO, logger="gradientmail.patterns._leases"),
+            shared_queue(
+                units, mailbox=watching, learner_id="twin", load=lambda u: [u], lease=1.5
+            ) as second,
+        ):
+            assert list(second) == []
+        assert watching.ran.is_set()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(
+        "'twin' found another process with its id" in m and "two processes share one id" in m
+        for m in warned
+    ), warned

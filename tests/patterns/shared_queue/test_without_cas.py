@@ -17,7 +17,9 @@ from typing import ClassVar
 
 from gradientmail import Capability
 from gradientmail.backends.memory import MemoryMailbox
+from gradientmail.patterns._run_layout import RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 from gradientmail.status import format_status, read_status
 
 JOIN = 60
@@ -119,3 +121,19 @@ def test_an_early_exit_deletes_the_learners_unfinished_claims() -> None:
         got = list(q)
     assert sorted(got) == sorted(item for unit in units.values() for item in items_of(unit))
     assert len(list(box.list("done/"))) == len(units)
+
+
+def test_a_released_claim_is_gone_so_the_next_learner_claims_the_unit_with_a_create() -> None:
+    """Without compare-and-swap nothing takes a claim over: a release must delete it, or
+    the unit stays claimed forever by a learner that left, and status counts it in
+    progress."""
+    box = no_cas_box()
+    layout = RunLayout(0)
+    leaver, other = (UnitClaims(box, layout, name, incarnation=1) for name in ("leaver", "o"))
+    held = leaver.claim("u0")
+    assert held is not None
+    assert other.claim("u0") is None, "a claim is exclusive while it stands"
+    assert leaver.release(held)
+    assert list(box.list(layout.units)) == [], "the released claim outlived the release"
+    assert read_status(box).in_progress == 0
+    assert other.claim("u0") is not None

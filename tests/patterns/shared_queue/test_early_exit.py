@@ -1,0 +1,74 @@
+"""Leaving early releases the learner's unfinished claims, at once and visibly.
+
+A learner that leaves the ``with`` block before the end (``break``, an exception) moves
+each claim it still holds, prefetched ones included, to ``released``. The others then take
+those units as released units, at their next look. Without the release they would still
+finish them, only later and as a dead learner's (its lease says it left): so these tests
+read the claims and what the next learner says, not only that every unit gets done.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from gradientmail import Mailbox
+from gradientmail.patterns._claims import parse_claim
+from gradientmail.patterns._run_layout import RunLayout
+from gradientmail.patterns.shared_queue import shared_queue
+from gradientmail.status import read_status
+
+UNITS = {f"u{i}": i for i in range(6)}
+LAYOUT = RunLayout(0)
+
+
+@pytest.fixture
+def box(local_box: Mailbox) -> Mailbox:
+    """``memory://`` and ``file://``: the release is gradientmail's own."""
+    return local_box
+
+
+def two_items(unit: int) -> list[tuple[int, int]]:
+    return [(unit, 0), (unit, 1)]
+
+
+def leave_after_one_item(box: Mailbox) -> int:
+    """``leaver`` takes one item and breaks out once its loader holds two more units
+    (prefetched); how many units it released."""
+    with shared_queue(UNITS, mailbox=box, learner_id="leaver", load=two_items, prefetch=4) as q:
+        for _ in q:
+            deadline = time.monotonic() + 60
+            while q.stats.units_claimed < 3:  # the loader runs ahead; polled, with a deadline
+                assert time.monotonic() < deadline, "the loader never prefetched"
+                time.sleep(0.01)
+            break
+    return q.stats.units_released
+
+
+def test_an_early_exit_leaves_each_claim_it_held_released_and_counts_them(box: Mailbox) -> None:
+    released = leave_after_one_item(box)
+    claims = [parse_claim(box.get(key)) for key in box.list(LAYOUT.units)]
+    states = {c.extra.get("state") for c in claims if c is not None and c.owner == "leaver"}
+    assert len(claims) >= 3, "the loader held prefetched units beside the one begun"
+    assert states == {"released"}, states
+    assert released == len(claims)
+    assert list(box.list(LAYOUT.done)) == []
+    assert read_status(box).in_progress == 0, "status counts a released unit in progress"
+
+
+def test_the_next_learner_takes_the_released_units_as_released_not_as_a_dead_learners(
+    box: Mailbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    released = leave_after_one_item(box)
+    with (
+        caplog.at_level(logging.INFO, logger="gradientmail.patterns.shared_queue._takeover"),
+        shared_queue(UNITS, mailbox=box, learner_id="next", load=two_items) as q,
+    ):
+        got = list(q)
+    assert sorted(got) == sorted(item for unit in UNITS.values() for item in two_items(unit))
+    took = [r for r in caplog.records if r.name.endswith("_takeover")]
+    assert [r.levelno for r in took] == [logging.INFO] * released, [r.message for r in took]
+    assert all("released by 'leaver'" in r.getMessage() for r in took)
+    assert read_status(box).complete
