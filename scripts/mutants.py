@@ -473,8 +473,8 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/core/test_status_liveness.py::"
-            "test_a_lease_unrenewed_past_its_lease_reads_expired_never_lost_and_the_run_stalled",
+            "tests/core/test_status_liveness.py::test_a_lease_unrenewed_past_its_lease_reads_expired_never_lost_and_the_run_stalled",
+            "tests/patterns/shared_queue/test_lifecycle.py::test_status_shows_a_lost_learner_and_watch_ends_on_a_stalled_run",
         ),
         "status calls a learner lost when only its lease expired: it may be merely paused",
     ),
@@ -1495,7 +1495,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        if False:",
             ),
         ),
-        ("tests/patterns/shared_queue/test_refused_learner.py",),
+        (
+            "tests/patterns/shared_queue/test_refused_learner.py::test_a_refused_rerun_leaves_the_finished_learner_finished",
+            "tests/patterns/shared_queue/test_refused_learner.py::test_a_refused_learner_of_a_new_id_leaves_no_record",
+        ),
         "a Session left by a run's refusal publishes 'failed' over the finished learner's "
         "record, so status of a complete run exits 1",
     ),
@@ -1594,7 +1597,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "completion-ignores-the-gate",
         "patterns/shared_queue/_recorder.py",
         (("        if gate is not None and not gate.wait(mark):", "        if False:"),),
-        ("tests/torch/test_loader.py",),
+        (
+            "tests/torch/test_loader.py::test_a_break_then_finishing_the_epoch_delivers_every_item",
+            "tests/torch/test_loader.py::test_drop_last_leaves_the_dropped_items_units_undone_and_says_so",
+            "tests/torch/test_loader.py::test_a_worker_queue_run_to_its_end_releases_the_unit_whose_items_the_loop_never_took",
+        ),
         "a DataLoader worker records a unit done as its generator passes the last item, "
         "while that batch may still be dropped by torch: a break loses items",
     ),
@@ -1607,7 +1614,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            if taken is None:\n                return True",
             ),
         ),
-        ("tests/torch/test_loader.py::test_a_break_then_finishing_the_epoch_delivers_every_item",),
+        (
+            "tests/torch/test_loader.py::test_a_workers_gate_opens_only_for_what_the_loop_took_in_the_gates_own_iteration",
+            "tests/torch/test_loader.py::test_a_break_then_finishing_the_epoch_delivers_every_item",
+        ),
         "units whose batches torch dropped at a break are recorded done once the next "
         "iteration begins",
     ),
@@ -1615,7 +1625,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "loop-end-does-not-wait-for-the-workers",
         "_torch_data/acks.py",
         (("        self.seal(generation)\n        began", "        return []\n        began"),),
-        ("tests/torch/test_loader.py",),
+        (
+            "tests/torch/test_loader.py::test_drop_last_leaves_the_dropped_items_units_undone_and_says_so",
+            "tests/torch/test_torch.py::test_every_unit_once_per_epoch_and_set_epoch_gives_a_full_next_epoch",
+        ),
         "a loop that ran to its end returns before the workers recorded their last units: "
         "status reads the epoch incomplete, and set_epoch abandons them",
     ),
@@ -1625,6 +1638,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (("        if not self._ended or self.gated:", "        if not self._ended:"),),
         (
             "tests/torch/test_loader.py::test_drop_last_leaves_the_dropped_items_units_undone_and_says_so",
+            "tests/torch/test_loader.py::test_a_worker_queue_run_to_its_end_releases_the_unit_whose_items_the_loop_never_took",
         ),
         "units whose items torch dropped stay claimed by a worker that has left, instead "
         "of being released for the next iteration",
@@ -1638,7 +1652,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            pass",
             ),
         ),
-        ("tests/torch/test_loader.py",),
+        (
+            "tests/torch/test_loader.py::test_a_unit_is_done_only_once_the_loop_asked_past_its_last_batch",
+            "tests/torch/test_torch.py::test_leaving_early_releases_the_units_and_the_epoch_can_be_finished",
+        ),
         "the loop never says which batches it took: no unit is ever recorded done",
     ),
     Mutant(
@@ -1658,6 +1675,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (('        if state == "lost":\n            return "lost"\n', ""),),
         (
             "tests/core/test_status_liveness.py::test_a_lease_declared_lost_moments_ago_reads_lost_not_running",
+            "tests/core/test_status_liveness.py::test_a_learner_declared_lost_while_it_still_trains_reads_lost_in_status_json",
         ),
         "a learner declared lost moments ago (its lease recently renewed) reads running: "
         "status hides that its units were taken over",
@@ -1674,7 +1692,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 'f"with DataLoader num_workers={info.num_workers}")',
             ),
         ),
-        ("tests/torch/test_torch.py::test_a_mailbox_in_one_process_only_is_refused_with_workers",),
+        (
+            "tests/torch/test_torch.py::test_a_mailbox_in_one_process_only_is_refused_with_workers",
+            "tests/torch/test_torch.py::test_a_memory_mailbox_is_refused_in_the_one_worker_of_a_loader_naming_the_fix",
+        ),
         "a memory:// mailbox under one DataLoader worker is copied into the worker: the "
         "worker and the training process each deliver every unit",
     ),
@@ -1713,7 +1734,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "    return 0",
             ),
         ),
-        ("tests/core/test_status.py::test_epoch_filters_the_learner_table_and_the_plot",),
+        (
+            "tests/core/test_status.py::test_epoch_filters_the_learner_table_and_the_plot",
+            "tests/core/test_status.py::test_the_plot_of_a_later_epoch_measures_its_time_from_that_epoch",
+        ),
         "status --epoch k counts and plots every epoch's units as epoch 0's",
     ),
     Mutant(
@@ -1767,8 +1791,8 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (
-            "tests/core/test_status_liveness.py::"
-            "test_a_learner_finishing_while_status_reads_is_never_shown_stalled",
+            "tests/core/test_status_liveness.py::test_a_learner_finishing_while_status_reads_is_never_shown_stalled",
+            "tests/core/test_status_liveness.py::test_watch_ends_on_the_complete_run_when_its_learner_finishes_during_a_read",
         ),
         "status reads the completions before the learners: a learner that finishes in "
         "between reads finished beside an old count, and a live run is called stalled",
@@ -1777,7 +1801,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "plot-axis-starts-at-the-session",
         "_status_plot.py",
         (("    if begins:\n        return min(begins)\n", ""),),
-        ("tests/core/test_status.py::test_the_plot_of_one_epoch_starts_at_that_epochs_first_unit",),
+        (
+            "tests/core/test_status.py::test_the_plot_of_one_epoch_starts_at_that_epochs_first_unit",
+            "tests/core/test_status.py::test_the_plot_of_a_later_epoch_measures_its_time_from_that_epoch",
+        ),
         "status --plot --epoch k starts the time axis at the learner's session start: an "
         "empty stretch as long as the earlier epochs before the bars",
     ),
@@ -1821,6 +1848,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "a learner that leaves early releases nothing: its unfinished claims stay claimed "
         "until another learner, finding its lease released, takes them over as a dead "
         "learner's; status counts them in progress meanwhile",
+    ),
+    Mutant(
+        "session-keeps-a-released-finished-unit",
+        "_session_parts.py",
+        (
+            (
+                "            if entry is not None and entry[2] is not None:\n"
+                "                self.finished -= 1\n",
+                "            if entry is not None and entry[2] is not None:\n"
+                "                self._entries[identifier] = entry\n",
+            ),
+        ),
+        (
+            "tests/core/test_session.py::"
+            "test_a_unit_given_back_after_its_last_item_is_not_counted_finished",
+            "tests/torch/test_loader.py::"
+            "test_drop_last_leaves_the_dropped_items_units_undone_and_says_so",
+        ),
+        "a unit whose last items torch dropped after the worker handed them over is released "
+        "but still counted finished by the worker's session: status adds up more finished "
+        "units than are done",
     ),
 )
 

@@ -50,11 +50,13 @@ class UnitLog:
             self._entries[identifier] = [time.time(), None, None, 0, reclaimed]
 
     def released(self, identifier: UnitKey) -> None:
-        """``identifier`` went back unfinished: forget it (a finished unit stays)."""
+        """``identifier`` went back unfinished: forget it. A unit is released only while no
+        completion of it is recorded, so one whose last item the loop took (a DataLoader
+        worker's, whose batches torch then dropped) is not finished either."""
         with self._lock:
-            entry = self._entries.get(identifier)
-            if entry is not None and entry[2] is None:
-                del self._entries[identifier]
+            entry = self._entries.pop(identifier, None)
+            if entry is not None and entry[2] is not None:
+                self.finished -= 1
 
     def started(self, identifier: UnitKey) -> None:
         """The unit's first item reached the training loop now."""

@@ -196,6 +196,23 @@ def test_composes_with_shared_queue_and_records_units(box: Mailbox) -> None:
         assert reclaimed is False
 
 
+def test_a_unit_given_back_after_its_last_item_is_not_counted_finished(box: Mailbox) -> None:
+    """A DataLoader worker hands a unit's last item over, then gives the unit back because
+    torch dropped its batch: the session reports it neither finished nor held, so the
+    learners' finished counts add up to the units done."""
+    session = Session(box, "r-w0", publish_every=60)
+    with session:
+        for unit in ("kept", "dropped"):
+            session.unit_claimed(unit, reclaimed=False)
+            session.unit_started(unit)
+            session.unit_finished(unit, items=3)
+        session.unit_released("dropped")
+        assert session.units_finished == 1
+    body = record(box, "r-w0")
+    assert body["units_finished"] == 1
+    assert [entry[0] for entry in body["units"]] == ["kept"]
+
+
 def test_a_queue_reports_only_to_the_session_of_its_learner(box: Mailbox) -> None:
     units = {"u": 1}
     with (

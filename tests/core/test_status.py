@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -265,3 +266,54 @@ def test_the_plot_of_one_epoch_starts_at_that_epochs_first_unit(tmp_path: Path) 
     assert status.started_at is not None
     assert status.started_at < first
     assert _origin(status) == first
+
+
+def test_the_plot_of_a_later_epoch_measures_its_time_from_that_epoch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``status --epoch 1 --plot`` of a learner whose session spent 900 s on epoch 0 and
+    then 100 s on epoch 1: the chart's title gives epoch 1's makespan, 100 s, and its time
+    axis (seconds since the first unit shown started) runs from 0 to 100, not from 900 to
+    1,000 of a session's clock."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    drawn: list[Figure] = []
+    save = Figure.savefig
+
+    def keep(figure: Figure, *args: Any, **kwargs: Any) -> None:
+        drawn.append(figure)  # read back what the PNG shows: the title and the axis
+        save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    url = f"file://{tmp_path / 'run'}"
+    box = from_url(url)
+    began = time.time() - 2000
+    units = [  # [identifier, claimed, loaded, finished, reclaimed, epoch]
+        [f"u{i}", at, at, at + width, False, epoch]
+        for epoch, start, width in ((0, began, 225.0), (1, began + 900, 25.0))
+        for i in range(4)
+        for at in [start + i * width]
+    ]
+    record = {
+        "state": "finished",
+        "started_at": began,
+        "finished_at": began + 1000,
+        "updated_at": began + 1000,
+        "units_claimed": 8,
+        "units_finished": 8,
+        "units": units,
+    }
+    box.put("manifest", json.dumps({"units": 4}).encode())
+    box.put("learners/a", json.dumps(record).encode())
+    for i in range(4):  # every unit done in both epochs
+        box.put(f"done/u{i}", b"{}")
+        box.put(f"epochs/1/done/u{i}", b"{}")
+    target = tmp_path / "epoch1.png"
+    assert main(["status", url, "--epoch", "1", "--plot", str(target)]) == 0
+    assert f"wrote {target}" in capsys.readouterr().out
+    (figure,) = drawn
+    (axes,) = figure.axes
+    assert "makespan 100.0s" in axes.get_title()
+    low, high = axes.get_xlim()
+    assert low <= 0 < 100 <= high < 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 import gradientmail._cli.status as status_cli
-from gradientmail import Mailbox, from_url
+from gradientmail import LeaseLostError, Mailbox, from_url
 from gradientmail._cli import main
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.session import Session
@@ -224,18 +225,19 @@ def test_a_lease_declared_lost_moments_ago_reads_lost_not_running(box: Mailbox) 
     assert " lost " in f"{line} "
 
 
-class _FinishesDuringTheDoneListing(Delegating):
-    """The store as a learner finishing mid-read makes it: the listing of ``done/`` shows
-    what was there when it started, and the learner's last completion and its finished
-    records land right after."""
+class _FinishesDuringAListing(Delegating):
+    """The store as a learner finishing mid-read makes it: the first listing of ``prefix``
+    shows what was there when it started, and the learner's last completion and its
+    finished records land right after."""
 
-    def __init__(self, inner: Mailbox, finish: dict[str, bytes]) -> None:
+    def __init__(self, inner: Mailbox, finish: dict[str, bytes], prefix: str = "done/") -> None:
         super().__init__(inner)
         self.finish = finish
+        self.prefix = prefix
         self.fired = False
 
     def list(self, prefix: str = "", **options: Any) -> Any:
-        if prefix != "done/" or self.fired:
+        if prefix != self.prefix or self.fired:
             return self.inner.list(prefix, **options)
         self.fired = True
         listed = list(self.inner.list(prefix, **options))
@@ -244,9 +246,9 @@ class _FinishesDuringTheDoneListing(Delegating):
         return iter(listed)
 
 
-def test_a_learner_finishing_while_status_reads_is_never_shown_stalled(box: Mailbox) -> None:
-    """Status reads the learners before the completions: a learner that finishes in
-    between is seen running beside an old count, never finished beside one (stalled)."""
+def one_unit_before_the_end(box: Mailbox) -> dict[str, bytes]:
+    """Learner ``a``'s run of two units, put back to just before its end: one unit left,
+    the learner running and its lease fresh. Returns the records its end writes."""
     with (
         Session(box, "a"),
         shared_queue({"u0": 0, "u1": 1}, mailbox=box, learner_id="a", load=lambda u: [u]) as q,
@@ -254,16 +256,83 @@ def test_a_learner_finishing_while_status_reads_is_never_shown_stalled(box: Mail
         assert list(q) == [0, 1]
     last = sorted(box.list("done/"))[-1]
     finish = {key: box.get(key) for key in (last, "learners/a", "leases/a")}
-    # Just before the end: one unit left, the learner running and its lease fresh.
     box.delete(last)
     for key in ("learners/a", "leases/a"):
         record = json.loads(finish[key])
         record.update(state="running", renewed_at=time.time(), updated_at=time.time())
         box.put(key, json.dumps(record).encode())
+    return finish
+
+
+def test_a_learner_finishing_while_status_reads_is_never_shown_stalled(box: Mailbox) -> None:
+    """Status reads the learners before the completions: a learner that finishes in
+    between is seen running beside an old count, never finished beside one (stalled)."""
+    finish = one_unit_before_the_end(box)
     assert read_status(box).stalled is False  # the state before: one unit left, running
-    racing = _FinishesDuringTheDoneListing(box, finish)
+    racing = _FinishesDuringAListing(box, finish)
     status = read_status(racing)  # type: ignore[arg-type]
     assert racing.fired
     assert (status.done, status.complete) == (1, False)
     assert not status.stalled, "a learner that finished while status read was called stalled"
     assert read_status(box).complete  # and read again, the run is complete
+
+
+def test_watch_ends_on_the_complete_run_when_its_learner_finishes_during_a_read(
+    box: Mailbox, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``status --watch`` ends with exit 1 on a stalled run, so an alert or a script takes
+    that as a dead run. A learner whose last records land while status lists
+    ``reclaimed/`` (after it counted ``done/``, before it read anything else) is no
+    stalled run: the watch draws it running, reads again, and ends on the complete run
+    with exit 0."""
+    racing = _FinishesDuringAListing(box, one_unit_before_the_end(box), prefix="reclaimed/")
+    monkeypatch.setattr(status_cli, "from_url", lambda url: racing)
+    assert main(["status", box.url, "--watch", "--interval", "0.01"]) == 0
+    assert racing.fired
+    out = capsys.readouterr().out
+    assert "stalled" not in out
+    assert "run complete" in out
+
+
+def test_a_learner_declared_lost_while_it_still_trains_reads_lost_in_status_json(
+    box: Mailbox, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A learner paused past its lease is declared lost, and another learner takes its
+    units over and finishes the epoch, before the paused one notices at its next renewal.
+    Until then its own progress record still says running; ``status --json`` must say lost
+    (its units were taken over), not running."""
+    from gradientmail.patterns._lease_watch import LeaseWatcher
+
+    units = {f"u{i}": i for i in range(4)}
+    with (
+        Session(box, "paused", publish_every=60),
+        shared_queue(
+            units, mailbox=box, learner_id="paused", load=lambda u: [u], prefetch=1, lease=30
+        ) as queue,
+    ):
+        taking = iter(queue)
+        next(taking)  # it holds a unit, then pauses
+        watcher = LeaseWatcher(box, "leases/", duration=30)
+        watcher.observe("paused")
+        assert watcher.declare_lost("paused", by="taker")  # as the taker does after a lease
+        taken: list[int] = []
+
+        def take() -> None:  # another learner: its own thread, without the paused one's session
+            with shared_queue(
+                units, mailbox=box, learner_id="taker", load=lambda u: [u], wait_for_others=True
+            ) as taker:
+                taken.extend(taker)
+
+        thread = threading.Thread(target=take, daemon=True)
+        thread.start()
+        thread.join(timeout=60)
+        assert sorted(taken) == list(range(4))  # every unit, the paused one's included
+        assert json.loads(box.get("learners/paused"))["state"] == "running"
+        assert main(["status", box.url, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        states = {row["learner"]: row["state"] for row in doc["learners"]}
+        assert states == {"paused": "lost", "taker": "finished"}
+        assert doc["units"]["reclaimed"] >= 1
+        assert doc["complete"] is True
+        with pytest.raises(LeaseLostError):  # the paused learner notices at last
+            list(taking)

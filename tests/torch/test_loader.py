@@ -3,12 +3,14 @@
 torch drops the batches still in its worker queues when a loop leaves early. Each test
 checks what a user relies on: leaving an epoch early and finishing it later delivers every
 item, every unit recorded done had all its items taken by the loop, and a plain DataLoader
-with workers, which cannot give that promise, is refused.
+with workers, which cannot give that promise, is refused. Two tests drive a worker's side
+directly (its gate, its queue), for the cases a DataLoader's timing cannot pin down.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +21,9 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402 - after the importorskip above
 
 from gradientmail import ConfigurationError, Mailbox  # noqa: E402
+from gradientmail._torch_data.acks import AckBoard, WorkerGate  # noqa: E402
 from gradientmail.patterns._run_layout import RunLayout  # noqa: E402
+from gradientmail.patterns.shared_queue import shared_queue  # noqa: E402
 from gradientmail.status import read_status  # noqa: E402
 from gradientmail.torch import SharedQueueDataset, SharedQueueLoader  # noqa: E402
 from tests.support.rigs import Rig  # noqa: E402
@@ -110,6 +114,62 @@ def test_drop_last_leaves_the_dropped_items_units_undone_and_says_so(rig_file: R
     assert not status.complete  # shown, not hidden: a unit's last items were dropped
     assert status.in_progress == 0  # released, not left held by a learner that has left
     assert status.done + (status.free or 0) == len(units)
+    # The workers' sessions count as finished only the units recorded done: a unit whose
+    # last items torch dropped was released, and is not the worker's finished work.
+    finished = sum(int(r.get("units_finished") or 0) for r in status.learners)
+    assert finished == status.done, [
+        (r["learner"], r.get("units_finished")) for r in status.learners
+    ]
+
+
+def test_a_worker_queue_run_to_its_end_releases_the_unit_whose_items_the_loop_never_took(
+    rig_file: Rig,
+) -> None:
+    """A worker's side, driven in this process as a DataLoader worker drives it: its queue
+    hands every item over and runs to its end, but the loop takes only the batches of the
+    first two units, then nothing more (torch dropped the last batch: ``drop_last``, or a
+    ``break``). Closing the queue records those two done and releases the third: status
+    shows it free, for any learner, not in progress under a worker that has gone."""
+    box = rig_file.fresh()
+    units = {f"s{i:02d}": i for i in range(3)}
+    board = AckBoard(workers=1, slack=len(units))
+    generation = board.begin()
+    gate = WorkerGate(board, 0)
+    # As SharedQueueDataset opens a worker's queue: it waits for no other learner.
+    with shared_queue(
+        units, mailbox=box, learner_id="r-w0", load=load, wait_for_others=False
+    ) as items:
+        items.hold_completions(gate, board.slack)
+        handed = []
+        for item in items:
+            gate.count += 1  # handed over to the DataLoader, as the worker counts
+            handed.append(item)
+        assert len(handed) == len(units) * ITEMS  # the queue ran to its end
+        board.took(0, 2 * ITEMS, generation)  # the loop took the first two units' batches
+        board.seal(generation)  # and will take nothing more
+    status = read_status(box)
+    assert (status.done, status.in_progress, status.free) == (2, 0, 1)
+    assert done_units(box) == {handed[0] // 10, handed[ITEMS] // 10}
+
+
+def test_a_workers_gate_opens_only_for_what_the_loop_took_in_the_gates_own_iteration() -> None:
+    """The mechanism, driven directly: a worker's gate for a unit opens once the loop took
+    the unit's last item in the same iteration; when the loop leaves and the next iteration
+    begins first, the items it never took are lost, so the gate stays shut (the unit is
+    released and trained again), even for a gate already waiting."""
+    board = AckBoard(workers=1, slack=1)
+    generation = board.begin()
+    gate = WorkerGate(board, 0)  # as the worker builds it when its iteration starts
+    gate.count = 2 * ITEMS  # the worker handed over two units' items
+    board.took(0, ITEMS, generation)  # the loop asked past the batch ending the first unit
+    assert gate.wait(ITEMS)
+    verdicts: list[bool] = []
+    waiting = threading.Thread(target=lambda: verdicts.append(gate.wait(2 * ITEMS)), daemon=True)
+    waiting.start()  # the second unit's completion waits for the loop...
+    board.begin()  # ...which left, its batches dropped, and began the next iteration
+    waiting.join(timeout=30)
+    assert verdicts == [False]
+    assert WorkerGate(board, 0).generation == generation + 1  # the next iteration's gate
 
 
 def test_a_plain_dataloader_with_workers_is_refused_naming_the_loader(rig_file: Rig) -> None:

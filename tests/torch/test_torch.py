@@ -12,6 +12,7 @@ import gc
 import pickle
 from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -135,6 +136,28 @@ def test_a_mailbox_in_one_process_only_is_refused_with_workers(
         list(loader_type(dataset, batch_size=None, num_workers=workers))
     # Alone in one process it is fine.
     assert epoch_items(DataLoader(dataset, batch_size=None)) == EVERY_ITEM
+
+
+def test_a_memory_mailbox_is_refused_in_the_one_worker_of_a_loader_naming_the_fix(
+    rig_memory: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the dataset starts its learner: in a DataLoader worker, even the only one
+    (torch's ``get_worker_info`` says worker 0 of 1), a ``memory://`` mailbox would be the
+    worker's own copy, so the worker and the training process would each deliver every
+    unit. It is refused there, before any claim, and the message says what to do."""
+    import gradientmail._torch_data.dataset as dataset_module
+
+    box = rig_memory.fresh()
+    dataset = SharedQueueDataset(UNITS, mailbox=box, load=load, learner_id="r")
+    one_worker = SimpleNamespace(id=0, num_workers=1)
+    monkeypatch.setattr(dataset_module, "get_worker_info", lambda: one_worker)
+    with pytest.raises(ConfigurationError) as refused:
+        iter(dataset)
+    message = str(refused.value)
+    assert "num_workers=1" in message
+    assert "not shared across processes" in message
+    assert "num_workers=0" in message  # the fix, with a shared store the other one
+    assert list(box.list("")) == []  # nothing claimed, nothing registered
 
 
 def test_a_mailbox_in_one_process_only_is_refused_in_a_distributed_job(
