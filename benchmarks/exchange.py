@@ -19,10 +19,13 @@ Scenarios (``--scenario``): ``static``; ``slowdown`` (the fastest learner slows 
 It prints, per method, the wall time to the target (within 1 % of DDP's final held-out
 loss) as a ratio to DDP's own time to it, the final held-out loss at equal tokens, and for
 the exchange the share of time blocked in ``step()``, bytes and requests per exchange,
-conflicts and staleness.
+conflicts and staleness. Every method's curve is scored after its run, from snapshots taken
+during it (the exchange's by reading the shared model), so scoring never takes the
+learners' CPU.
 
 Run: ``python benchmarks/exchange.py [--seeds 3] [--scenario static] [--wire bfloat16]``
-(about 3 minutes a seed on 2 cores). ``bytes/x`` is per exchange, as a multiple of the
+(about 3 minutes a seed on 2 cores; ``--every`` defaults to 2, ``--unit`` to 8 batches a
+shared-queue unit). ``bytes/x`` is per exchange, as a multiple of the
 model's fp32 size.
 """
 
@@ -34,6 +37,7 @@ import math
 import multiprocessing as mp
 import os
 import queue
+import shutil
 import statistics
 import sysconfig
 import tempfile
@@ -278,6 +282,7 @@ def run_method(method: str, cfg: dict[str, Any], held: torch.Tensor) -> dict[str
     start.wait()  # time counts from when every learner is ready, for every method
     began = time.time()
     curve: list[tuple[float, float]] = []
+    shared: list[tuple[float, bytes]] = []
     reports: list[dict[str, Any]] = []
     joined = False
     expected = len(procs) - (1 if cfg.get("churn") and method == "exchange" else 0)
@@ -289,7 +294,9 @@ def run_method(method: str, cfg: dict[str, Any], held: torch.Tensor) -> dict[str
 
             try:
                 load_shared(sampler, from_url(cfg["url"]))  # type: ignore[arg-type]
-                curve.append((time.time() - began, evaluate(sampler, held)))  # type: ignore[arg-type]
+                # scored after the run, as the other methods' snapshots are: scoring now
+                # would take the learners' CPU
+                shared.append((time.time() - began, _copy(sampler)))  # type: ignore[arg-type]
             except ConfigurationError:
                 pass
             if cfg.get("churn") and not joined and time.time() - began > 0.6 * cfg["wall_hint"]:
@@ -298,7 +305,7 @@ def run_method(method: str, cfg: dict[str, Any], held: torch.Tensor) -> dict[str
                 procs.append(proc)
                 joined = True
         try:
-            reports.append(out.get(timeout=0.5))
+            reports.append(out.get(timeout=0.25))
         except queue.Empty:  # sample again
             continue
     for proc in procs:
@@ -308,16 +315,17 @@ def run_method(method: str, cfg: dict[str, Any], held: torch.Tensor) -> dict[str
         from gradientmail.torch import load_shared
 
         load_shared(sampler, from_url(cfg["url"]))  # type: ignore[arg-type]
-        curve.append((max(r["end"] for r in reports) - began, evaluate(sampler, held)))  # type: ignore[arg-type]
-    else:
-        model = fresh_model(cfg["seed"])
-        for report in reports:
-            for at, state in report["snapshots"]:
-                model.load_state_dict(torch.load(io.BytesIO(state), weights_only=True))
-                curve.append((at - began, evaluate(model, held)))
-        curve.sort()
+        shared.append((max(r["end"] for r in reports) - began, _copy(sampler)))  # type: ignore[arg-type]
+    snapshots = shared + [
+        (at - began, state) for report in reports for at, state in report["snapshots"]
+    ]
+    model = fresh_model(cfg["seed"])
+    for at, state in sorted(snapshots, key=lambda snapshot: snapshot[0]):
+        model.load_state_dict(torch.load(io.BytesIO(state), weights_only=True))
+        curve.append((at, evaluate(model, held)))
     stats = [r["stats"] for r in reports if r.get("stats") is not None]
     wall = max(r["end"] for r in reports) - began
+    shutil.rmtree(work, ignore_errors=True)
     return {"curve": curve, "wall": wall, "stats": stats}
 
 
@@ -330,7 +338,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--scenario", choices=["static", "slowdown", "churn"], default="static")
     parser.add_argument("--steps", type=int, default=640, help="batches in all, every method")
-    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--every", type=int, default=2)
+    parser.add_argument("--unit", type=int, default=8, help="batches per shared-queue unit")
     parser.add_argument("--base-ms", type=float, default=60.0)
     parser.add_argument("--outer", default="average")
     parser.add_argument("--methods", default="ddp,diloco,independent,alone,exchange")
@@ -349,7 +358,7 @@ def main() -> None:
             "train": train,
             "steps": args.steps,
             "seed": seed,
-            "unit": 8,
+            "unit": args.unit,
             "lr": 3e-3,
             "every": args.every,
             "outer": args.outer,
@@ -371,6 +380,9 @@ def main() -> None:
         for m, result in results.items():
             rows[m].append(figures(result, target, ddp_time))
         print(f"seed {seed}: target {target:.4f} (DDP's final + 1 %), DDP at {ddp_time:.1f}s")
+        for m in methods:
+            row = rows[m][-1]
+            print(f"  {m:<12} time/DDP {row['ratio']:.2f}  final {row['final']:.4f}")
     size = sum(p.numel() for p in Decoder().parameters()) * 4
     print(
         f"\nscenario {args.scenario}, {args.seeds} seed(s), {args.steps} batches, "
