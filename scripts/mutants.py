@@ -1880,6 +1880,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/patterns/shared_queue/test_incarnation_takeover.py::"
             "test_the_earlier_incarnation_is_stale_when_the_new_one_takes_over",
+            "tests/patterns/shared_queue/test_incarnation_takeover.py::"
+            "test_a_restart_acts_no_sooner_than_its_earlier_incarnation_stops_trusting_its_renewal",
             "tests/patterns/shared_queue/test_lifecycle.py::"
             "test_a_paused_learner_restarted_with_its_id_delivers_nothing_beside_the_new_one",
             "tests/patterns/pipeline/test_pipeline_consumers.py::"

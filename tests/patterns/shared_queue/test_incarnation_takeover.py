@@ -9,11 +9,12 @@ quarters of a lease: in that window both delivered.
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
 from gradientmail import LeaseLostError, Mailbox
-from gradientmail.patterns._leases import TAKEOVER_FRACTION, Lease
+from gradientmail.patterns._leases import SAFE_FRACTION, TAKEOVER_FRACTION, Lease
 
 #: (duration, period): a shared_queue learner's (period = duration / 3), and a pipeline
 #: consumer's shipped ratio (heartbeat 1 s for a 15 s lease), scaled to a 1.5 s lease.
@@ -41,6 +42,19 @@ def test_the_earlier_incarnation_is_stale_when_the_new_one_takes_over(
     with pytest.raises(LeaseLostError, match="newer incarnation"):
         old.ensure_fresh()
     new.ensure_fresh()
+
+
+@pytest.mark.parametrize(("duration", "period"), SETTINGS, ids=["queue", "pipeline"])
+def test_a_restart_acts_no_sooner_than_its_earlier_incarnation_stops_trusting_its_renewal(
+    box: Mailbox, duration: float, period: float | None
+) -> None:
+    """Counted from before the earlier incarnation's last renewal was sent (the moment it
+    trusts it from), the restart holds the lease no sooner than that trust runs out: a
+    lower bound on a wait, which a slow machine only lengthens."""
+    began = time.monotonic()
+    Lease(box, "leases/node-1", "node-1", duration=duration, period=period).acquire()
+    Lease(box, "leases/node-1", "node-1", duration=duration, period=period).acquire()
+    assert time.monotonic() - began >= SAFE_FRACTION * duration
 
 
 def test_the_wait_is_logged_at_info_with_its_length(
