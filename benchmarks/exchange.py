@@ -24,7 +24,7 @@ during it (the exchange's by reading the shared model), so scoring never takes t
 learners' CPU.
 
 Run: ``python benchmarks/exchange.py [--seeds 3] [--scenario static] [--wire bfloat16]``
-(about 3 minutes a seed on 2 cores; ``--every`` defaults to 2, ``--unit`` to 8 batches a
+(about 3 minutes a seed on 2 cores; ``--every`` defaults to 1, ``--unit`` to 8 batches a
 shared-queue unit). ``bytes/x`` is per exchange, as a multiple of the
 model's fp32 size.
 """
@@ -338,7 +338,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--scenario", choices=["static", "slowdown", "churn"], default="static")
     parser.add_argument("--steps", type=int, default=640, help="batches in all, every method")
-    parser.add_argument("--every", type=int, default=2)
+    parser.add_argument("--every", type=int, default=1)
     parser.add_argument("--unit", type=int, default=8, help="batches per shared-queue unit")
     parser.add_argument("--base-ms", type=float, default=60.0)
     parser.add_argument("--outer", default="average")
