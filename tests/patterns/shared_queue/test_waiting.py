@@ -253,6 +253,7 @@ class Looks(Delegating):
         super().__init__(inner)
         self.clock = clock
         self.at: list[float] = []
+        self.polls: list[float] = []
 
     def get(self, key: str, *args: Any, **kwargs: Any) -> Any:
         if key == LAYOUT.complete:
@@ -262,6 +263,7 @@ class Looks(Delegating):
     def list(self, prefix: str = "", **kwargs: Any) -> Any:
         if prefix == LAYOUT.idle:
             self.at.append(self.clock())
+            self.polls.append(self.clock())
         return self.inner.list(prefix, **kwargs)
 
 
@@ -291,7 +293,10 @@ def test_a_waiting_learner_looks_for_the_end_each_second_and_ends_within_one(
     sim.run(ended_by(busy, waiter), within=2 * LEASE)
     assert end_record(box)["units"] == len(UNITS)
     assert waiter.steps[-1] is Next.END
-    assert waiter.scope.stats.cost.idle_polls <= 12, "its full polls did not back off"
+    gaps = [later - earlier for earlier, later in itertools.pairwise(looks.polls)]
+    for earlier, later in itertools.pairwise(gaps):  # its full polls back off
+        assert later == pytest.approx(min(2 * earlier, LEASE / 3)), f"full polls {gaps}"
+    assert waiter.scope.stats.cost.idle_polls == len(looks.polls)
     moments = [began, *(t for t in looks.at if t <= finished_at), finished_at]
     longest = max(later - earlier for earlier, later in itertools.pairwise(moments))
     assert longest <= NOTICE_S, f"{longest:.1f} s without a look that would show the end"
