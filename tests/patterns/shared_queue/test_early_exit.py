@@ -19,6 +19,7 @@ from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns._run_layout import RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.status import read_status
+from tests.support.queue_claims import claims_of, two_items
 
 UNITS = {f"u{i}": i for i in range(6)}
 LAYOUT = RunLayout(0)
@@ -28,10 +29,6 @@ LAYOUT = RunLayout(0)
 def box(local_box: Mailbox) -> Mailbox:
     """``memory://`` and ``file://``: the release is gradientmail's own."""
     return local_box
-
-
-def two_items(unit: int) -> list[tuple[int, int]]:
-    return [(unit, 0), (unit, 1)]
 
 
 def leave_after_one_item(box: Mailbox) -> int:
@@ -50,7 +47,7 @@ def leave_after_one_item(box: Mailbox) -> int:
 def test_an_early_exit_leaves_each_claim_it_held_released_and_counts_them(box: Mailbox) -> None:
     released = leave_after_one_item(box)
     claims = [parse_claim(box.get(key)) for key in box.list(LAYOUT.units)]
-    states = {c.extra.get("state") for c in claims if c is not None and c.owner == "leaver"}
+    states = set(claims_of(box, "leaver").values())
     assert len(claims) >= 3, "the loader held prefetched units beside the one begun"
     assert states == {"released"}, states
     assert released == len(claims)

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 from tests.support.delegating import Delegating
+from tests.support.queue_claims import claims_of, two_items
 
 UNITS = {f"u{i}": i for i in range(8)}
 LAYOUT = RunLayout(0)
@@ -29,20 +29,6 @@ LAYOUT = RunLayout(0)
 def box(local_box: Mailbox) -> Mailbox:
     """``memory://`` and ``file://``: resuming is gradientmail's own."""
     return local_box
-
-
-def two_items(unit: int) -> list[tuple[int, int]]:
-    return [(unit, 0), (unit, 1)]
-
-
-def claims_of(box: Mailbox, owner: str) -> dict[str, str]:
-    """Unit -> claim state, for the claims ``owner`` holds."""
-    found = {}
-    for key in box.list(LAYOUT.units):
-        record = parse_claim(box.get(key))
-        if record is not None and record.owner == owner:
-            found[key.removeprefix(LAYOUT.units)] = str(record.extra.get("state"))
-    return found
 
 
 def test_a_learner_restarted_after_leaving_early_takes_back_what_it_released_first(

@@ -13,13 +13,10 @@ import pytest
 
 from gradientmail import ConfigurationError
 from gradientmail.patterns.shared_queue import shared_queue
+from tests.support.queue_claims import two_items
 from tests.support.rigs import Rig
 
 UNITS = {f"u{i}": i for i in range(6)}
-
-
-def two_items(unit: int) -> list[tuple[int, int]]:
-    return [(unit, 0), (unit, 1)]
 
 
 def test_it_leaves_while_another_learner_still_holds_a_unit(rig_file: Rig) -> None:
