@@ -1918,10 +1918,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "_session_parts.py",
         (
             (
-                "            if entry is not None and entry[2] is not None:\n"
-                "                self.finished -= 1\n",
-                "            if entry is not None and entry[2] is not None:\n"
-                "                self._entries[identifier] = entry\n",
+                "            self._entries.pop(identifier, None)\n",
+                "            if (self._entries.get(identifier) or [None] * 3)[2] is None:\n"
+                "                self._entries.pop(identifier, None)\n",
             ),
         ),
         (

@@ -31,18 +31,26 @@ class UnitLog:
     """Units by ``(epoch, id)``: ``[claimed, started, finished, items, reclaimed]``, times
     from ``time.time``.
 
-    Every method takes the lock; :attr:`finished` counts units with a finish time.
+    Every method takes the lock.
     """
 
-    __slots__ = ("_entries", "_lock", "finished")
+    __slots__ = ("_entries", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[UnitKey, list[Any]] = {}
-        self.finished = 0
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def finished(self) -> int:
+        """Units with a finish time."""
+        with self._lock:
+            return self._finished()
+
+    def _finished(self) -> int:
+        return sum(1 for entry in self._entries.values() if entry[2] is not None)
 
     def claimed(self, identifier: UnitKey, reclaimed: bool) -> None:
         """``identifier`` was claimed now (``reclaimed``: taken over from another)."""
@@ -54,9 +62,7 @@ class UnitLog:
         completion of it is recorded, so one whose last item the loop took (a DataLoader
         worker's, whose batches torch then dropped) is not finished either."""
         with self._lock:
-            entry = self._entries.pop(identifier, None)
-            if entry is not None and entry[2] is not None:
-                self.finished -= 1
+            self._entries.pop(identifier, None)
 
     def started(self, identifier: UnitKey) -> None:
         """The unit's first item reached the training loop now."""
@@ -67,8 +73,6 @@ class UnitLog:
         """The training loop took the unit's every item (``items`` of them) now."""
         with self._lock:
             entry = self._entry(identifier)
-            if entry[2] is None:
-                self.finished += 1
             entry[2] = time.time()
             entry[3] = items
 
@@ -83,7 +87,7 @@ class UnitLog:
                 [ident, *entry[:3], entry[4], epoch]
                 for (epoch, ident), entry in self._entries.items()
             ]
-            return rows, self.finished
+            return rows, self._finished()
 
     def restore(self, rows: object) -> None:
         """Take back the finished units of an earlier record's rows; drop the rest."""
@@ -95,7 +99,6 @@ class UnitLog:
                     epoch = row[5] if len(row) > 5 and isinstance(row[5], int) else 0
                     key = (epoch, str(ident))
                     self._entries[key] = [claimed, started, finished, 0, reclaimed]
-                    self.finished += 1
 
 
 class Rate:
