@@ -286,19 +286,12 @@ def run_method(method: str, cfg: dict[str, Any], held: torch.Tensor) -> dict[str
     reports: list[dict[str, Any]] = []
     joined = False
     expected = len(procs) - (1 if cfg.get("churn") and method == "exchange" else 0)
-    sampler = fresh_model(cfg["seed"]) if method == "exchange" else None
+    sampler = SharedSampler(cfg) if method == "exchange" else None
     while len(reports) < expected + int(joined):
-        if method == "exchange":
-            from gradientmail import ConfigurationError, from_url
-            from gradientmail.torch import load_shared
-
-            try:
-                load_shared(sampler, from_url(cfg["url"]))  # type: ignore[arg-type]
-                # scored after the run, as the other methods' snapshots are: scoring now
-                # would take the learners' CPU
-                shared.append((time.time() - began, _copy(sampler)))  # type: ignore[arg-type]
-            except ConfigurationError:
-                pass
+        if sampler is not None:
+            # scored after the run, as the other methods' snapshots are: scoring now would
+            # take the learners' CPU
+            sampler.take(time.time() - began, shared)
             if cfg.get("churn") and not joined and time.time() - began > 0.6 * cfg["wall_hint"]:
                 proc = ctx.Process(target=queue_learner, args=(joiner, 4, out, None))
                 proc.start()
@@ -310,12 +303,8 @@ def run_method(method: str, cfg: dict[str, Any], held: torch.Tensor) -> dict[str
             continue
     for proc in procs:
         proc.join(timeout=120)
-    if method == "exchange":
-        from gradientmail import from_url
-        from gradientmail.torch import load_shared
-
-        load_shared(sampler, from_url(cfg["url"]))  # type: ignore[arg-type]
-        shared.append((max(r["end"] for r in reports) - began, _copy(sampler)))  # type: ignore[arg-type]
+    if sampler is not None:
+        sampler.take(max(r["end"] for r in reports) - began, shared)
     snapshots = shared + [
         (at - began, state) for report in reports for at, state in report["snapshots"]
     ]
@@ -327,6 +316,27 @@ def run_method(method: str, cfg: dict[str, Any], held: torch.Tensor) -> dict[str
     wall = max(r["end"] for r in reports) - began
     shutil.rmtree(work, ignore_errors=True)
     return {"curve": curve, "wall": wall, "stats": stats}
+
+
+class SharedSampler:
+    """Snapshots of the exchange's shared model, read through one mailbox."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        import gradientmail
+
+        self.box = gradientmail.from_url(cfg["url"])
+        self.model = fresh_model(cfg["seed"])
+
+    def take(self, at: float, into: list[tuple[float, bytes]]) -> None:
+        """Append ``(at, the shared model's state)``; nothing before it is published."""
+        from gradientmail import ConfigurationError
+        from gradientmail.torch import load_shared
+
+        try:
+            load_shared(self.model, self.box)
+        except ConfigurationError:
+            return
+        into.append((at, _copy(self.model)))
 
 
 def time_to(curve: list[tuple[float, float]], target: float) -> float:
