@@ -46,6 +46,7 @@ from tests.support.exchange_workers import (  # noqa: E402
 )
 from tests.support.fault_profiles import PROFILES  # noqa: E402
 from tests.support.faultproxy import FaultProxy, Request  # noqa: E402
+from tests.support.polling import wait_until  # noqa: E402
 from tests.support.rigs import Rig  # noqa: E402
 
 #: Backends whose compare-and-swap is atomic under races (moto's is not: it double-wins).
@@ -62,13 +63,6 @@ def shared_now(box: Mailbox) -> Any:
     model = integer_model()
     load_shared(model, box)
     return flat(model)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)  # polling a condition, bounded by the deadline
 
 
 def _more(exchange: Exchange, than: int) -> bool:

@@ -22,6 +22,7 @@ from gradientmail.patterns.pipeline import Pipeline
 from gradientmail.patterns.pipeline._records import CLAIMED, CONSUMER_LEASES, ItemClaim, claim_key
 from tests.support.clock import FakeClock
 from tests.support.delegating import Delegating
+from tests.support.polling import wait_until
 
 LEASE = 30.0
 
@@ -75,10 +76,11 @@ def full_buffer(items: Any) -> None:
     """Wait until the prefetch thread holds a full buffer and waits for room: it checks no
     lease then, so only ``next()``'s own fence stands between a fenced consumer and an item."""
     buffer = items._buffer
-    deadline = time.monotonic() + 30
-    while not (len(buffer) == buffer.capacity and buffer.waiting_for_room == 1):
-        assert time.monotonic() < deadline, "the prefetch thread never filled its buffer"
-        time.sleep(0.005)  # polling a state nothing notifies, not a synchronising wait
+
+    def full() -> bool:
+        return len(buffer) == buffer.capacity and buffer.waiting_for_room == 1
+
+    wait_until(full, 30, "the prefetch thread to fill its buffer", 0.005)
 
 
 def test_a_consumer_declared_lost_returns_none_of_the_items_it_has_buffered() -> None:

@@ -13,7 +13,6 @@ gradientmail's own, above the Mailbox interface. The unit tests of each part are
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from typing import Any
 
@@ -30,6 +29,7 @@ from gradientmail.patterns.pipeline._records import (
     consumer_lease_key,
 )
 from tests.support.delegating import Delegating
+from tests.support.polling import wait_until
 
 JOIN = 30.0
 CLAIMS = "claims/"
@@ -51,13 +51,6 @@ def claim_of(box: Mailbox, seq: int) -> ItemClaim:
     claim = ItemClaim.read(box, claim_key("a", seq))
     assert claim is not None, f"item a#{seq} was never claimed"
     return claim
-
-
-def until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + JOIN
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)  # polling a state nothing notifies, not a synchronising wait
 
 
 class HeldRecords(Delegating):
@@ -196,9 +189,9 @@ def test_a_consumer_waiting_for_a_live_owners_item_reads_its_lease_once_a_period
     counted = CountedReads(box)
     waiting = Pipeline.over_mailbox(counted, ["a"], prefetch=1, **options)  # type: ignore[arg-type]
     with owning.consumer("owner") as owned:
-        until(lambda: ItemClaim.read(box, claim_key("a", 0)) is not None, "never claimed")
+        wait_until(lambda: ItemClaim.read(box, claim_key("a", 0)), JOIN, "a claim", 0.005)
         with waiting.consumer("waiter") as items:
-            until(lambda: counted.reads[claim_key("a", 0)] >= 20, "the waiter never polled")
+            wait_until(lambda: counted.reads[claim_key("a", 0)] >= 20, JOIN, "polls", 0.005)
             assert counted.reads[consumer_lease_key("owner")] <= 1, counted.reads
             assert next(owned) == b"0"
             assert list(items) == []

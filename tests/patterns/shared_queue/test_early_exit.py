@@ -10,7 +10,6 @@ read the claims and what the next learner says, not only that every unit gets do
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns._run_layout import RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
 from gradientmail.status import read_status
+from tests.support.polling import wait_until
 from tests.support.queue_claims import claims_of, two_items
 
 UNITS = {f"u{i}": i for i in range(6)}
@@ -36,10 +36,8 @@ def leave_after_one_item(box: Mailbox) -> int:
     (prefetched); how many units it released."""
     with shared_queue(UNITS, mailbox=box, learner_id="leaver", load=two_items, prefetch=4) as q:
         for _ in q:
-            deadline = time.monotonic() + 60
-            while q.stats.units_claimed < 3:  # the loader runs ahead; polled, with a deadline
-                assert time.monotonic() < deadline, "the loader never prefetched"
-                time.sleep(0.01)
+            # the loader runs ahead
+            wait_until(lambda: q.stats.units_claimed >= 3, 60, "the loader to prefetch", 0.01)
             break
     return q.stats.units_released
 

@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -29,19 +29,12 @@ from gradientmail.status import plot_gantt, read_status
 from tests.support import stress
 from tests.support.lifecycle_workers import ITEMS_PER_UNIT, learner, read_log, units_of
 from tests.support.pausing import pause_outside_locks
+from tests.support.polling import wait_until
 from tests.support.rigs import Rig
 
 #: Rigs whose processes share keys and that support compare-and-swap.
 PROCESS_RIGS = ["rig_file", "rig_s3_seaweed", "rig_gcs", "rig_azure"]
 CTX = mp.get_context("spawn")
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)  # polling a condition, bounded by the deadline
 
 
 def done_units(box: Mailbox, prefix: str = "done/") -> list[str]:
