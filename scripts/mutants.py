@@ -1446,6 +1446,59 @@ MUTANTS: tuple[Mutant, ...] = (
         "its value) in .tmp forever",
     ),
     Mutant(
+        "file-delete-takes-the-lock",
+        "backends/local.py",
+        (
+            (
+                "            with self._managed(fs.STAGING) as staging:\n"
+                "                chain = fs.open_chain(root, names)\n",
+                "            with self._dir.locked(key), self._managed(fs.STAGING) as staging:\n"
+                "                chain = fs.open_chain(root, names)\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "file:// delete holds the key's lock stripe, as it once did: a process stopped inside "
+        "a swap, or inside a delete, holds up every delete and swap of that stripe",
+        killers=2,
+    ),
+    Mutant(
+        "file-delete-keeps-empty-folders",
+        "backends/local.py",
+        (
+            (
+                "                        fs.prune_empty(root, chain, names)\n",
+                "                        pass\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "file:// delete leaves its key's empty folders behind: one per version an exchange "
+        "ever wrote, each walked by every listing (the 40,000-version test of "
+        "test_exchange_file_store.py catches it too, in minutes)",
+        killers=2,
+    ),
+    Mutant(
+        "file-create-into-a-removed-folder-fails",
+        "backends/local.py",
+        (
+            (
+                "                            continue  # emptied and removed since we opened it: "
+                "make it again\n",
+                "                            raise\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// create whose folder a delete removed before it placed its value fails "
+        "instead of making the folder again",
+    ),
+    Mutant(
+        "file-walk-gives-up-on-a-removed-folder",
+        "backends/_local_fs.py",
+        (("    for _ in range(REMADE if create else 0):\n", "    for _ in range(0):\n"),),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// create whose parent folder a delete removed while it made the folders of "
+        "its key fails instead of making it again",
+    ),
+    Mutant(
         "keys-allow-dot-dot",
         "_keys.py",
         (('        if segment in (".", ".."):\n', '        if segment == ".":\n'),),

@@ -1,4 +1,4 @@
-"""file:// deletes take no lock, yet never land inside a swap.
+"""file:// deletes take no lock, yet never land inside a swap; creates survive pruned folders.
 
 A swap reads the key's version and then renames its value into place, holding the key's
 lock; ``delete`` and ``put_if_absent`` take none. Each test builds one interleaving on
@@ -10,7 +10,8 @@ deleted meanwhile changes nothing and returns ``None``, and a create that return
 
 Processes stopped with SIGSTOP show what waits for what: a swap stopped before placing its
 value holds its key's lock, yet deletes and creates of that key go on; a delete stopped
-half-way holds nothing.
+half-way holds nothing. The second half is the folders: a delete removes the folders its
+key leaves empty, and a create whose folder was removed under it makes it again.
 """
 
 from __future__ import annotations
@@ -36,14 +37,15 @@ pytestmark = pytest.mark.timeout(120)
 
 KEY = "heads/model"
 LEAF = local_layout.encode(KEY)[1]
-JOIN = 30.0
+#: Seconds a call that must not wait is given (it takes milliseconds), or a process to stop.
+JOIN = 10.0
 CTX = mp.get_context("spawn")
 
 
 def _run(call: Callable[[], Any]) -> Any:
     """``call()`` in a thread of its own; fails if it has not returned within JOIN s."""
     result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(call()))
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
     thread.start()
     thread.join(JOIN)
     assert not thread.is_alive(), "the call waited: it should hold nothing and need nothing"
@@ -275,3 +277,77 @@ def test_what_a_killed_swap_left_is_swept_at_open_and_cleared_by_the_next_swap(
             assert new is not None, "a dead swap's announcement stopped the next swap"
             assert box.get(KEY) == b"swapped"
             assert not announced.exists()
+
+
+# -- folders ---------------------------------------------------------------------------------
+
+
+def _folders(root: str) -> list[str]:
+    """Every folder below ``root`` but the store's own, relative to it."""
+    return sorted(
+        str(path.relative_to(root))
+        for path in Path(root).rglob("*")
+        if path.is_dir() and path.relative_to(root).parts[0] not in (".tmp", ".locks")
+    )
+
+
+def test_a_delete_removes_the_folders_its_key_leaves_empty_and_no_other(tmp_root: str) -> None:
+    box = FileMailbox(tmp_root)
+    for key in ("a/b/c", "a/b/d", "a/e", "x" * 300 + "/k"):
+        box.put(key, b"1")
+    box.delete("a/b/c")
+    assert _folders(tmp_root) == ["a.d", "a.d/b.d", "x" * 240 + ".c", f"{'x' * 240}.c/{'x' * 60}.d"]
+    box.delete("a/b/d")
+    box.delete("x" * 300 + "/k")
+    assert _folders(tmp_root) == ["a.d"]
+    box.delete("a/e")
+    assert _folders(tmp_root) == []
+    assert sorted(os.listdir(tmp_root)) == [".locks", ".tmp"]
+    assert os.listdir(Path(tmp_root, ".tmp")) == []
+
+
+@pytest.mark.parametrize("write", ["put_if_absent", "put"])
+def test_a_create_whose_folder_is_removed_just_before_it_places_its_value_still_lands(
+    boxes: tuple[FileMailbox, FileMailbox], monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    box, other = boxes
+    other.put("runs/1/other", b"the folder's last key")
+    leaf = local_layout.encode("runs/1/mine")[1]
+    folder = Path(box.root, "runs.d", "1.d")
+
+    def empty_the_folder() -> None:
+        other.delete("runs/1/other")
+        assert not folder.exists(), "the folder was not removed with its last key"
+
+    fired = _hook(
+        monkeypatch,
+        "link" if write == "put_if_absent" else "rename",
+        lambda _src, dst, *_: dst == leaf,
+        empty_the_folder,
+    )
+    if write == "put_if_absent":
+        assert box.put_if_absent("runs/1/mine", b"mine") is True
+    else:
+        box.put("runs/1/mine", b"mine")
+    monkeypatch.undo()
+    assert fired.is_set(), "the interleaving was not reached"
+    assert box.get("runs/1/mine") == b"mine"
+    assert list(box.list()) == ["runs/1/mine"]
+
+
+def test_a_create_whose_parent_folder_is_removed_before_it_makes_a_subfolder_still_lands(
+    boxes: tuple[FileMailbox, FileMailbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box, other = boxes
+    other.put("runs/other", b"the folder's last key")
+    folder = Path(box.root, "runs.d")
+
+    def empty_the_folder() -> None:
+        other.delete("runs/other")
+        assert not folder.exists(), "the folder was not removed with its last key"
+
+    fired = _hook(monkeypatch, "mkdir", lambda name, *_: name == "1.d", empty_the_folder)
+    assert box.put_if_absent("runs/1/mine", b"mine") is True
+    monkeypatch.undo()
+    assert fired.is_set(), "the interleaving was not reached"
+    assert box.get("runs/1/mine") == b"mine"

@@ -185,18 +185,26 @@ class FileMailbox(BaseMailbox):
         """Stage the value, then ``place(staged, staging, parent, leaf, path)`` it, fsyncing.
 
         Returns what ``place`` returned: whether the value was placed (``False``: the name
-        was taken). An error once the value was placed raises ``OutcomeUnknownError``.
+        was taken). A folder removed before the value got in (a delete took its last key)
+        is made again and the value placed there. An error once the value was placed
+        raises ``OutcomeUnknownError``.
         """
         names, leaf = layout.encode(key)
-        with (
-            self._staged(data, write_id) as (staging, staged),
-            self._parent(names, create=True) as parent,
-        ):
-            assert parent is not None
-            placed = place(staged, staging, parent, leaf, "/".join([*names, leaf]))
-            if placed:
-                self._sync(parent, key)
-            return placed
+        path = "/".join([*names, leaf])
+        with self._staged(data, write_id) as (staging, staged):
+            for _ in range(fs.REMADE):
+                with self._parent(names, create=True) as parent:
+                    assert parent is not None
+                    try:
+                        placed = place(staged, staging, parent, leaf, path)
+                    except FileNotFoundError:
+                        if fs.removed(parent):
+                            continue  # emptied and removed since we opened it: make it again
+                        raise
+                    if placed:
+                        self._sync(parent, key)
+                    return placed
+        raise FileNotFoundError(errno.ENOENT, "its folder kept being removed", path)
 
     def _sync(self, parent: int, key: str) -> None:
         """fsync the directory a value was just placed in (with ``fsync``)."""
@@ -295,14 +303,21 @@ class FileMailbox(BaseMailbox):
         names, leaf = layout.encode(key)
         name = swaps.announcement(key)
         try:
-            with self._managed(fs.STAGING) as staging, self._parent(names, create=False) as parent:
-                if parent is None:
+            root = self._root()
+            with self._managed(fs.STAGING) as staging:
+                chain = fs.open_chain(root, names)
+                if chain is None:
                     return
                 try:
-                    swaps.delete(parent, leaf, staging, name)
-                except OSError as exc:
-                    where = [*names, leaf] if exc.filename == leaf else [fs.STAGING, name]
-                    raise inside(exc, *where) from None
+                    try:
+                        deleted = swaps.delete(chain[-1] if chain else root, leaf, staging, name)
+                    except OSError as exc:
+                        where = [*names, leaf] if exc.filename == leaf else [fs.STAGING, name]
+                        raise inside(exc, *where) from None
+                    if deleted:
+                        fs.prune_empty(root, chain, names)
+                finally:
+                    fs.close_chain(chain)
         except OSError as exc:
             raise self._map(exc, key) from exc
 
