@@ -1438,6 +1438,19 @@ MUTANTS: tuple[Mutant, ...] = (
         killers=2,
     ),
     Mutant(
+        "file-swap-fails-when-a-delete-took-its-name",
+        "backends/_local_swaps.py",
+        (
+            (
+                "        except (FileNotFoundError, NotADirectoryError):\n",
+                "        except FileNotFoundError:\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py", "tests/backends/test_local_linearizable.py"),
+        "a file:// swap whose announcement a delete removed while empty, moving the key's file "
+        "to that name, fails with a BackendError instead of reading the key again",
+    ),
+    Mutant(
         "file-open-keeps-dead-announcements",
         "backends/local.py",
         (("                swaps.sweep(staging)\n", ""),),

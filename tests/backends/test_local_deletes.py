@@ -237,6 +237,33 @@ def test_a_delete_stopped_half_way_holds_up_no_write_of_its_key(tmp_root: str) -
     assert box.get(KEY) == b"put", "the resumed delete removed a later write"
 
 
+def test_a_delete_that_takes_the_name_of_a_swaps_empty_announcement_makes_the_swap_read_again(
+    swapping: tuple[FileMailbox, FileMailbox, Version], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box, _, version = swapping
+    root = box.root
+    deleter = CTX.Process(target=delete_stopping_half_way, args=(root,))
+
+    def delete_stopping_with_its_file_at_the_name() -> None:
+        # The swap made its announcement, not yet opened nor linked: the delete removes it
+        # while it is empty, moves the key's file to that name and stops there.
+        deleter.start()
+        wait_until(lambda: stopped(deleter.pid or 0), JOIN, "the delete to stop half-way")
+
+    fired = _hook(monkeypatch, "open", _announcing, delete_stopping_with_its_file_at_the_name)
+    try:
+        swapped = box.put_if_match(KEY, b"swapped", version)
+    finally:
+        monkeypatch.undo()
+        if deleter.pid is not None:
+            os.kill(deleter.pid, signal.SIGCONT)
+            deleter.join(JOIN)
+    assert fired.is_set(), "the interleaving was not reached"
+    assert swapped is None
+    assert _value(box) is None
+    assert deleter.exitcode == 0
+
+
 def swap_dying_before_it_places(root: str, token: str) -> None:
     """In another process: swap ``KEY`` from ``token`` and block just before placing the
     value, announced, until killed."""

@@ -145,8 +145,8 @@ def _announce(staging: int, name: str, staged: str) -> int:
             continue
         try:
             fd = open_dir(name, staging)
-        except FileNotFoundError:
-            continue  # cancelled at once, while empty
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # cancelled at once, while empty (and the key's file moved there since)
         try:
             os.link(staged, staged, src_dir_fd=staging, dst_dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
