@@ -1343,8 +1343,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "backends/local.py",
         (
             (
-                "                if current is None or current.version != version:\n",
-                "                if current is None:\n",
+                "            return current is not None and current.version == version\n",
+                "            return current is not None\n",
             ),
         ),
         ("tests/contract/test_contract.py",),
@@ -1352,7 +1352,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "file-cas-without-flock",
-        "backends/local.py",
+        "backends/_local_root.py",
         (
             (
                 """                fcntl.flock(fd, fcntl.LOCK_EX)
@@ -1363,8 +1363,153 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         ("tests/backends/test_local_cas_locking.py",),
-        "file:// compare-and-swap, put and delete lock the key's stripe only within the "
+        "file:// compare-and-swap and put lock the key's stripe only within the "
         "process: two processes can both swap from one version",
+    ),
+    Mutant(
+        "file-delete-ignores-swaps",
+        "backends/_local_swaps.py",
+        (
+            (
+                "            os.rename(leaf, name, src_dir_fd=parent, dst_dir_fd=staging)\n",
+                "            os.unlink(leaf, dir_fd=parent)\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "file:// delete unlinks the key's file whatever swap is announced: a swap that read "
+        "the key before the delete places its value after it",
+        killers=2,
+    ),
+    Mutant(
+        "file-swap-skips-its-announcement",
+        "backends/_local_swaps.py",
+        (
+            (
+                "        fd = _announce(staging, name, staged)\n",
+                '        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=staging)\n',
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// swap places its value from .tmp without announcing itself: a delete "
+        "between its read and its rename is undone, a create there overwritten",
+        killers=2,
+    ),
+    Mutant(
+        "file-swap-trusts-its-first-read",
+        "backends/local.py",
+        (
+            (
+                "swaps.swap(staging, name, staged, matches, place)",
+                "swaps.swap(staging, name, staged, lambda: True, place)",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py", "tests/backends/test_local_cas_locking.py"),
+        "a file:// swap trusts the version it read before taking the lock and announcing "
+        "itself: a write in between is overwritten",
+        killers=2,
+    ),
+    Mutant(
+        "file-delete-waits-for-a-stopped-swap",
+        "backends/_local_swaps.py",
+        (
+            (
+                "            _cancel(staging, name)  # a swap of this key is announced\n",
+                "            pass  # a swap of this key is announced: wait for it\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// delete that meets a swap's announcement waits for it instead of cancelling "
+        "it, so a swap stopped inside its lock holds up the key's deletes too",
+        killers=2,
+    ),
+    Mutant(
+        "file-swap-blocked-by-what-a-dead-one-left",
+        "backends/_local_swaps.py",
+        (
+            (
+                "            _clear(staging, name)  # a deleter's moved file, or a dead swap's "
+                "announcement\n",
+                "            pass  # a deleter's moved file, or a dead swap's announcement\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// swap cannot announce itself while a killed swap's announcement or a "
+        "stopped delete's moved file is in the way: the key can no longer be swapped",
+        killers=2,
+    ),
+    Mutant(
+        "file-swap-fails-when-a-delete-took-its-name",
+        "backends/_local_swaps.py",
+        (
+            (
+                "        except (FileNotFoundError, NotADirectoryError):\n",
+                "        except FileNotFoundError:\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py", "tests/backends/test_local_linearizable.py"),
+        "a file:// swap whose announcement a delete removed while empty, moving the key's file "
+        "to that name, fails with a BackendError instead of reading the key again",
+    ),
+    Mutant(
+        "file-open-keeps-dead-announcements",
+        "backends/local.py",
+        (("                swaps.sweep(staging)\n", ""),),
+        ("tests/backends/test_local_deletes.py",),
+        "opening a file:// mailbox leaves a killed swap's announcement (and the hard link to "
+        "its value) in .tmp forever",
+    ),
+    Mutant(
+        "file-delete-takes-the-lock",
+        "backends/local.py",
+        (
+            (
+                "            with self._managed(fs.STAGING) as staging:\n"
+                "                chain = fs.open_chain(root, names)\n",
+                "            with self._dir.locked(key), self._managed(fs.STAGING) as staging:\n"
+                "                chain = fs.open_chain(root, names)\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "file:// delete holds the key's lock stripe, as it once did: a process stopped inside "
+        "a swap, or inside a delete, holds up every delete and swap of that stripe",
+        killers=2,
+    ),
+    Mutant(
+        "file-delete-keeps-empty-folders",
+        "backends/local.py",
+        (
+            (
+                "                        fs.prune_empty(root, chain, names)\n",
+                "                        pass\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "file:// delete leaves its key's empty folders behind: one per version an exchange "
+        "ever wrote, each walked by every listing (the 40,000-version test of "
+        "test_exchange_file_store.py catches it too, in minutes)",
+        killers=2,
+    ),
+    Mutant(
+        "file-create-into-a-removed-folder-fails",
+        "backends/local.py",
+        (
+            (
+                "                            continue  # emptied and removed since we opened it: "
+                "make it again\n",
+                "                            raise\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// create whose folder a delete removed before it placed its value fails "
+        "instead of making the folder again",
+    ),
+    Mutant(
+        "file-walk-gives-up-on-a-removed-folder",
+        "backends/_local_fs.py",
+        (("    for _ in range(REMADE if create else 0):\n", "    for _ in range(0):\n"),),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// create whose parent folder a delete removed while it made the folders of "
+        "its key fails instead of making it again",
     ),
     Mutant(
         "keys-allow-dot-dot",
