@@ -1388,16 +1388,12 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-counted-before-published",
-        "_exchange/learner.py",
+        "_exchange/applier.py",
         (
             (
-                "        return self._applier.apply(snapshot, leaving, blocked_s)",
-                "        shared, version, count = self._applier.apply(\n"
-                "            snapshot, leaving, blocked_s\n"
-                "        )\n"
-                "        with self._lock:\n"
-                "            self._stats = count(self._stats)\n"
-                "        return shared, version, lambda s: s",
+                "        return Outcome(self.anchor, head.version, tau, applied)",
+                "        self.tally.exchanged(version=head.version, tau=tau, applied=applied)\n"
+                "        return Outcome(self.anchor, head.version, None, applied)",
             ),
         ),
         (

@@ -67,7 +67,7 @@ def shared_now(box: Mailbox) -> Any:
 
 def _more(exchange: Exchange, than: int) -> bool:
     """More than ``than`` exchanges, or a failed thread (whose error the next step raises)."""
-    return exchange.stats.exchanges > than or exchange._error is not None
+    return exchange.stats.exchanges > than or exchange._handoff.error is not None
 
 
 def exact_steps(
@@ -220,7 +220,8 @@ def test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it() -> None:
     model = integer_model()
     applied, release = threading.Event(), threading.Event()
     with exact_exchange(model, box, "held", every=2) as exchange:
-        original = exchange._apply
+        applier = exchange._handoff.applier
+        original = applier.apply
 
         def held(*args: Any) -> Any:
             result = original(*args)
@@ -228,7 +229,7 @@ def test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it() -> None:
             assert release.wait(60), "the test never released the exchange thread"
             return result
 
-        exchange._apply = held  # type: ignore[method-assign]
+        applier.apply = held  # type: ignore[method-assign]
         exchange.step()
         exchange.step()  # the second step hands the thread its snapshot
         try:
@@ -613,3 +614,11 @@ def test_a_learner_overtaken_while_it_computes_writes_no_fragments_of_the_lost_v
         assert a.stats.conflicts == 1
         assert len(watched.created) == fragments, "fragments written for a version that lost"
     assert torch.equal(shared_now(box), initial() - 2 - 2 - 1)
+
+
+def test_lease_is_the_former_name_of_active_window_and_still_works_with_a_warning() -> None:
+    box = from_url("memory://exchange-lease-renamed")
+    with pytest.warns(DeprecationWarning, match="active_window"):
+        Exchange(integer_model(), mailbox=box, learner_id="a", lease=5)
+    with pytest.raises(ConfigurationError, match="both"):
+        Exchange(integer_model(), mailbox=box, learner_id="a", lease=5, active_window=5)

@@ -13,8 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -22,16 +21,22 @@ from gradientmail._errors import ConfigurationError, LeaseLostError, OutcomeUnkn
 from gradientmail._exchange.layout import Head
 from gradientmail._exchange.membership import Membership
 from gradientmail._exchange.rules import OuterStep
-from gradientmail._exchange.stats import ExchangeStats
+from gradientmail._exchange.stats import Tally
 from gradientmail._exchange.store import Superseded
 
-__all__ = ["Applied", "Applier"]
+__all__ = ["Applier", "Outcome"]
 
 log = logging.getLogger("gradientmail.exchange")
 
-#: What an exchange produced: the shared parameters to adopt, their version, and how the
-#: stats count the exchange (published with the result, never before it).
-Applied = tuple[torch.Tensor, int, Callable[[ExchangeStats], ExchangeStats]]
+
+class Outcome(NamedTuple):
+    """What an exchange produced: the shared parameters to adopt and their version; and,
+    when a delta was applied or dropped, its staleness (``None``: nothing was exchanged)."""
+
+    shared: torch.Tensor
+    version: int
+    tau: int | None = None
+    applied: bool = False
 
 
 class Applier:
@@ -40,10 +45,9 @@ class Applier:
     Args:
         membership: this learner's entry in the shared model, and the model's store.
         outer: the rule and its staleness damping.
-        lease: seconds after its last exchange a learner stops counting as active.
+        active_window: seconds after its last exchange a learner stops counting as active.
         layout: the model's layout record (its parameter count among it), created or
             checked on joining.
-        on_conflict: called (on the exchange thread) for each swap another learner won.
     """
 
     def __init__(
@@ -51,17 +55,17 @@ class Applier:
         membership: Membership,
         outer: OuterStep,
         *,
-        lease: float,
+        active_window: float,
         layout: dict[str, Any],
-        on_conflict: Callable[[], None],
     ) -> None:
         self.membership = membership
         self.store = membership.store
+        #: The counters of ``Exchange.stats`` (conflicts here).
+        self.tally: Tally = membership.tally
         self.outer = outer
-        self.lease = lease
+        self.active_window = active_window
         self.layout = layout
         self.numel = int(layout["numel"])
-        self.on_conflict = on_conflict
         self.seq = 0
         self.anchor: torch.Tensor = torch.empty(0)
         self.anchor_version = -1
@@ -82,12 +86,12 @@ class Applier:
         self._anchor_at(head, state)
         return state, head.version
 
-    def leave(self) -> tuple[torch.Tensor, int]:
+    def leave(self) -> Outcome:
         """Mark this learner gone, with nothing to apply; the anchor stays what to adopt."""
         self.membership.mark_left()
-        return self.anchor, self.anchor_version
+        return Outcome(self.anchor, self.anchor_version)
 
-    def apply(self, snapshot: torch.Tensor, leaving: bool, blocked_s: float) -> Applied:
+    def apply(self, snapshot: torch.Tensor, leaving: bool, blocked_s: float) -> Outcome:
         """Apply the progress from the anchor to ``snapshot`` to the current shared version.
 
         Retries lost swaps; after a lost response, the ledger says whether it landed. The
@@ -132,7 +136,7 @@ class Applier:
                 )
                 return self._done(head, current, tau, applied=False)
             now = time.time()
-            active = len(set(head.active_learners(now, self.lease)) | {self.learner_id})
+            active = len(set(head.active_learners(now, self.active_window)) | {self.learner_id})
             rule = self.outer.rule
             parts = [current[i * self.numel : (i + 1) * self.numel] for i in range(rule.parts)]
             weight = 0.0 if dropped else self.outer.weight(tau, active)
@@ -156,10 +160,10 @@ class Applier:
             try:
                 swapped = store.swap_head(new, expected) is not None
             except OutcomeUnknownError:
-                self.membership.unknown_outcomes += 1
+                self.tally.unknown_outcome()
                 continue  # the next read of the head settles it; the fragments stay for sweep
             if not swapped:
-                self.on_conflict()
+                self.tally.conflict()
                 store.delete_data(token, count)
                 continue
             store.collect(new, gone)
@@ -171,7 +175,7 @@ class Applier:
         again = self.store.read_head()
         if again is not None and again[0].token == head.token:
             return False
-        self.on_conflict()
+        self.tally.conflict()
         return True
 
     def _state_of(self, head: Head) -> torch.Tensor:
@@ -186,9 +190,8 @@ class Applier:
         self.anchor = state[: self.numel].clone()
         self.anchor_version = head.version
 
-    def _done(self, head: Head, state: torch.Tensor, tau: int, applied: bool) -> Applied:
-        """Adopt ``head``'s version as the new anchor; how the stats count the exchange or drop."""
+    def _done(self, head: Head, state: torch.Tensor, tau: int, applied: bool) -> Outcome:
+        """Adopt ``head``'s version as the new anchor."""
         self.seq = head.learners[self.learner_id].seq
         self._anchor_at(head, state)
-        count = partial(ExchangeStats.counted, version=head.version, tau=tau, applied=applied)
-        return self.anchor, head.version, count
+        return Outcome(self.anchor, head.version, tau, applied)

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradientmail._errors import ConfigurationError, InvalidDataError
 from gradientmail._keys import validate_segment
 from gradientmail.backends._base import new_write_id
 from gradientmail.patterns._claims import decode_record, encode_record
@@ -70,6 +71,49 @@ def token_version(token: str) -> int | None:
     """The version a data token was written for, or ``None`` for a foreign name."""
     number, _, rest = token.partition("-")
     return int(number) if number.isdigit() and rest else None
+
+
+def _first_difference(mine: list[list[Any]], shared: list[list[Any]]) -> str:
+    """The first parameter in which two descriptions differ, in words."""
+    for index, (a, b) in enumerate(zip(mine, shared, strict=False)):
+        if a != b:
+            return (
+                f"parameter {index}: this model has {a[0]} {tuple(a[1])} {a[2]}, the shared "
+                f"one {b[0]} {tuple(b[1])} {b[2]}"
+            )
+    return f"this model has {len(mine)} parameters, the shared one {len(shared)}"
+
+
+def check_model(stored: dict[str, Any], mine: dict[str, Any], where: str) -> None:
+    """The one check that a model matches a shared model's layout record.
+
+    Raises:
+        ConfigurationError: the parameters' names, shapes or dtypes differ, naming the
+            first difference.
+    """
+    shared = stored.get("params") or []
+    if shared != mine["params"]:
+        raise ConfigurationError(
+            f"this model does not match {where}: "
+            f"{_first_difference(mine['params'], shared)}. Pass the same model, or another "
+            "name= for a second shared model"
+        )
+
+
+def check_layout(stored: dict[str, Any], mine: dict[str, Any], where: str) -> None:
+    """Check a joining learner's layout against the stored one: the model, then the options
+    every learner must share.
+
+    Raises:
+        ConfigurationError: naming the first difference.
+    """
+    check_model(stored, mine, where)
+    for option in ("wire", "rule", "parts"):
+        if stored.get(option) != mine[option]:
+            raise ConfigurationError(
+                f"{where} was started with {option}={stored.get(option)!r}, this learner "
+                f"asks for {mine[option]!r}; every learner must use the same"
+            )
 
 
 @dataclass
@@ -145,8 +189,6 @@ class Head:
     @classmethod
     def decode(cls, data: bytes, key: str) -> Head:
         """Parse a head record; raise ``InvalidDataError`` naming ``key`` if it is not one."""
-        from gradientmail._errors import InvalidDataError
-
         record = decode_record(data)
         try:
             if record is None:
@@ -168,10 +210,10 @@ class Head:
                 "another mailbox prefix"
             ) from exc
 
-    def active_learners(self, now: float, lease: float) -> list[str]:
-        """Learners that applied within ``lease`` seconds of ``now`` and have not left."""
+    def active_learners(self, now: float, window: float) -> list[str]:
+        """Learners that applied within ``window`` seconds of ``now`` and have not left."""
         return [
             name
             for name, entry in self.learners.items()
-            if not entry.left and now - entry.applied_at <= lease
+            if not entry.left and now - entry.applied_at <= window
         ]

@@ -1,12 +1,13 @@
-"""One learner's side of a shared model: join, exchange in the background, adopt, leave."""
+"""One learner's side of a shared model: join, exchange in the background, adopt, leave.
+
+Also :func:`load_shared`, the reader of a shared model for evaluation or export.
+"""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import replace
+import warnings
 
 import torch
 
@@ -15,24 +16,22 @@ from gradientmail._errors import (
     LeaseLostError,
     NotSupportedError,
 )
-from gradientmail._exchange.applier import Applied, Applier
-from gradientmail._exchange.layout import Keys
+from gradientmail._exchange.applier import Applier
+from gradientmail._exchange.handoff import Handoff
+from gradientmail._exchange.layout import Keys, check_model
 from gradientmail._exchange.membership import Membership
 from gradientmail._exchange.rules import OuterRule, OuterStep, resolve
-from gradientmail._exchange.stats import ExchangeStats
-from gradientmail._exchange.store import (
-    SharedStore,
-    assign,
-    check_wire,
-    describe,
-    flat,
-)
+from gradientmail._exchange.stats import ExchangeStats, Tally
+from gradientmail._exchange.store import SharedStore, Superseded
+from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, check_wire
 from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail._keys import validate_segment
 from gradientmail.backends._base import new_write_id
 from gradientmail.backends._options import lease_seconds, positive
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns._workers import CarriedError
+
+__all__ = ["Exchange", "load_shared"]
 
 log = logging.getLogger("gradientmail.exchange")
 
@@ -78,7 +77,8 @@ class Exchange:
         wire, fragment_bytes: the dtype stored and sent (``"float32"``, ``"bfloat16"``),
             and the largest object written.
         name, keep: the shared model's name (several may share a mailbox); versions kept.
-        lease: seconds after its last exchange a learner stops counting as active.
+        active_window: seconds after its last exchange a learner stops counting as active
+            (600 by default; ``lease=`` is its former name, deprecated).
 
     Raises:
         ConfigurationError: a bad option, or on entering a model unlike the shared one.
@@ -98,8 +98,9 @@ class Exchange:
         wire: str = "float32",
         fragment_bytes: int = DEFAULT_FRAGMENT_BYTES,
         name: str = "model",
-        lease: float = 600.0,
+        active_window: float | None = None,
         keep: int = 3,
+        lease: float | None = None,
     ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise ConfigurationError(f"model must be a torch.nn.Module, not {type(model).__name__}")
@@ -117,8 +118,8 @@ class Exchange:
         if staleness is not None and not (isinstance(staleness, (int, float)) and staleness >= 0):
             raise ConfigurationError(f"staleness must be a number >= 0 or None, not {staleness!r}")
         limit = positive(max_staleness, "max_staleness", integer=True, allow_none=True)
-        numel = sum(p.numel() for p in model.parameters())
-        if numel == 0:
+        self._tensors = ModelTensors(model)
+        if self._tensors.numel == 0:
             raise ConfigurationError("the model has no parameters to share")
         store = SharedStore(
             mailbox,
@@ -128,28 +129,21 @@ class Exchange:
             positive(keep, "keep", integer=True),
         )
         layout = {
-            "params": describe(model),
-            "numel": numel,
+            "params": self._tensors.describe(),
+            "numel": self._tensors.numel,
             "wire": wire,
             "rule": rule.name,
             "parts": rule.parts,
         }
-        # Owned by the exchange thread once started (the training thread joins before it):
-        self._applier = Applier(
-            Membership(store, learner, new_write_id()),
+        applier = Applier(
+            Membership(store, learner, new_write_id(), Tally()),
             OuterStep(rule, staleness, limit),
-            lease=lease_seconds(lease),
+            active_window=_active_window(active_window, lease),
             layout=layout,
-            on_conflict=self._conflicted,
         )
-        self._stats = ExchangeStats()
-        self._lock = threading.Condition()
-        self._job: tuple[torch.Tensor | None, bool] | None = None  # (snapshot, leaving)
-        self._result: tuple[torch.Tensor, int] | None = None
-        self._snapshot: torch.Tensor | None = None
-        self._error: BaseException | None = None
-        self._stop = False
-        self._thread: threading.Thread | None = None
+        # Owned by the exchange thread once started (the training thread joins before it):
+        self._handoff = Handoff(applier)
+        self._snapshot: torch.Tensor | None = None  # the model handed over, until adopted
         self._since = 0
 
     # -- the training loop's side ------------------------------------------------------------
@@ -157,31 +151,23 @@ class Exchange:
     @property
     def learner_id(self) -> str:
         """This learner's id in the shared model."""
-        return self._applier.learner_id
+        return self._handoff.applier.learner_id
 
     @property
     def stats(self) -> ExchangeStats:
-        """This learner's figures so far (a snapshot; see :class:`ExchangeStats`)."""
-        store = self._applier.store
-        with self._lock:
-            return replace(
-                self._stats,
-                unknown_outcomes=self._applier.membership.unknown_outcomes,
-                traffic=store.traffic,
-            )
+        """This learner's figures so far: one consistent snapshot (see :class:`ExchangeStats`)."""
+        return self._handoff.tally.snapshot(self._handoff.applier.store.traffic)
 
     def __enter__(self) -> Exchange:
-        state, version = self._applier.join(lambda: flat(self.model).cpu())
-        self._stats = replace(self._stats, version=version)
-        assign(self.model, state[: self._applier.numel])
-        self._thread = threading.Thread(
-            target=self._run, name=f"gradientmail-exchange-{self.learner_id}", daemon=True
-        )
-        self._thread.start()
+        handoff = self._handoff
+        state, version = handoff.applier.join(lambda: self._tensors.flat().cpu())
+        handoff.tally.joined(version)
+        self._tensors.assign(state[: handoff.applier.numel])
+        handoff.start()
         log.info(
             "%s joined shared model %r at version %d",
             self.learner_id,
-            self._applier.store.keys.name,
+            handoff.applier.store.keys.name,
             version,
         )
         return self
@@ -193,106 +179,109 @@ class Exchange:
         (``LeaseLostError`` when a newer incarnation of this learner id took over).
         """
         began = time.perf_counter()
-        with self._lock:
+        with self._handoff.lock:
             self._raise_failure()
-            self._stats = replace(self._stats, steps=self._stats.steps + 1)
             self._since += 1
             self._adopt_locked()
             if self._snapshot is None and self._since >= self.every:
                 self._submit_locked(leaving=False)
-            blocked = self._stats.blocked_s + time.perf_counter() - began
-            self._stats = replace(self._stats, blocked_s=blocked)
+            self._handoff.tally.stepped(time.perf_counter() - began)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         try:
             if exc_type is None:
                 self._leave()
         finally:
-            with self._lock:
-                self._stop = True
-                self._lock.notify_all()
-            if self._thread is not None:
-                self._thread.join()
+            self._handoff.close()
 
     def _leave(self) -> None:
         """Exchange what is left, wait for it and adopt it, and mark this learner gone."""
-        with self._lock:
-            while self._snapshot is not None and self._result is None and self._error is None:
-                self._lock.wait()
+        handoff = self._handoff
+        with handoff.lock:
+            if self._snapshot is not None:
+                handoff.wait()
             self._raise_failure()
             self._adopt_locked()
             self._submit_locked(leaving=True)
-            while self._result is None and self._error is None:
-                self._lock.wait()
+            handoff.wait()
             self._raise_failure()
             self._adopt_locked()
 
     def _submit_locked(self, leaving: bool) -> None:
         """Hand the thread a snapshot; when leaving with no step since the last, none."""
         if leaving and self._since == 0:
-            self._snapshot = self._applier.anchor  # the local model is the adopted version
-            self._job = (None, leaving)
+            self._snapshot = self._handoff.applier.anchor  # the model is the adopted version
+            self._handoff.submit(None, leaving)
         else:
-            self._snapshot = flat(self.model)
-            self._job = (self._snapshot, leaving)
+            self._snapshot = self._tensors.flat()
+            self._handoff.submit(self._snapshot, leaving)
         self._since = 0
-        self._lock.notify_all()
 
     def _adopt_locked(self) -> None:
         """Take the shared version the thread produced, keeping the steps made meanwhile."""
-        if self._result is None or self._snapshot is None:
+        if self._snapshot is None:
             return
-        shared, _version = self._result
-        current = flat(self.model)
-        assign(
-            self.model, shared.to(current.device) + (current - self._snapshot.to(current.device))
+        outcome = self._handoff.take()
+        if outcome is None:
+            return
+        current = self._tensors.flat()
+        self._tensors.assign(
+            outcome.shared.to(current.device) + (current - self._snapshot.to(current.device))
         )
-        self._result = None
         self._snapshot = None
 
     def _raise_failure(self) -> None:
-        error = self._error
+        error = self._handoff.error
         if error is None:
             return
         if isinstance(error, LeaseLostError):
             raise LeaseLostError(str(error), learner=self.learner_id) from error
         CarriedError.of(error).reraise(f"the exchange of learner {self.learner_id}")
 
-    # -- the exchange thread -----------------------------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while self._job is None and not self._stop:
-                    self._lock.wait()
-                if self._job is None:
-                    return
-                snapshot, leaving = self._job
-                self._job = None
-                blocked = self._stats.blocked_s
-            count: Callable[[ExchangeStats], ExchangeStats] | None = None
-            try:
-                if snapshot is None:
-                    shared, version = self._applier.leave()
-                else:
-                    shared, version, count = self._apply(snapshot, leaving, blocked)
-            except BaseException as exc:  # noqa: BLE001 - carried to the training loop
-                with self._lock:
-                    self._error = exc
-                    self._lock.notify_all()
-                return
-            with self._lock:
-                # One publication: stats never count an exchange that the next step()
-                # cannot adopt yet (a loop pacing itself on stats.exchanges relies on it).
-                if count is not None:
-                    self._stats = count(self._stats)
-                self._result = (shared, version)
-                self._lock.notify_all()
+def _active_window(active_window: float | None, lease: float | None) -> float:
+    """``active_window`` (600 s when not given), or ``lease=``, its deprecated former name."""
+    if lease is None:
+        return lease_seconds(600.0 if active_window is None else active_window, "active_window")
+    if active_window is not None:
+        raise ConfigurationError(
+            "pass active_window= only: lease= is its former name, and both were given"
+        )
+    warnings.warn(
+        "Exchange(lease=) is renamed active_window= (seconds after its last exchange a "
+        "learner stops counting as active); lease= will be removed in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return lease_seconds(lease, "active_window")
 
-    def _apply(self, snapshot: torch.Tensor, leaving: bool, blocked_s: float) -> Applied:
-        """Apply the progress up to ``snapshot`` through the applier (on the exchange thread)."""
-        return self._applier.apply(snapshot, leaving, blocked_s)
 
-    def _conflicted(self) -> None:
-        with self._lock:
-            self._stats = replace(self._stats, conflicts=self._stats.conflicts + 1)
+def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model") -> int:
+    """Load the current shared parameters of ``name`` into ``model``; return their version.
+
+    Works on any mailbox (a plain read): for evaluation, export, or a model outside the run.
+
+    Raises:
+        ConfigurationError: no shared model of that name is in the mailbox, or ``model``
+            does not match it (the first difference is named).
+    """
+    keys = Keys(name)
+    layout = SharedStore(mailbox, keys, WIRE_DTYPES["float32"], 1, 1).read_layout()
+    if layout is None:
+        raise ConfigurationError(
+            f"{mailbox.url} holds no shared model named {name!r}: an Exchange publishes it "
+            "when its first learner enters"
+        )
+    tensors = ModelTensors(model)
+    check_model(layout, {"params": tensors.describe()}, f"shared model {name!r}")
+    store = SharedStore(mailbox, keys, check_wire(str(layout.get("wire"))), 1, 1)
+    while True:
+        head = store.read_head_plain()
+        if head is None:
+            raise ConfigurationError(f"shared model {name!r} in {mailbox.url} has no version yet")
+        try:
+            state = store.read_state(head)
+        except Superseded:
+            continue
+        tensors.assign(state[: tensors.numel])
+        return head.version

@@ -20,6 +20,7 @@ import torch
 
 from gradientmail._errors import OutcomeUnknownError
 from gradientmail._exchange.layout import Head, LearnerEntry
+from gradientmail._exchange.stats import Tally
 from gradientmail._exchange.store import SharedStore, Superseded
 from gradientmail.mailbox import Version
 
@@ -42,7 +43,8 @@ class Membership:
     store: SharedStore
     learner_id: str
     incarnation: str
-    unknown_outcomes: int = 0
+    #: Where unknown outcomes are counted.
+    tally: Tally
 
     def registered(self, head: Head) -> bool:
         """Whether ``head`` names this process as its learner id's current incarnation."""
@@ -99,7 +101,7 @@ class Membership:
         try:
             return write()
         except OutcomeUnknownError:
-            self.unknown_outcomes += 1
+            self.tally.unknown_outcome()
             got = self.store.read_head()
             return got is not None and landed(got[0])
 

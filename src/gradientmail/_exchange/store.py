@@ -23,57 +23,18 @@ from typing import Any
 
 import torch
 
-from gradientmail._errors import ConfigurationError, InvalidDataError, KeyNotFoundError
-from gradientmail._exchange.layout import Head, Keys, new_data_token, token_version
+from gradientmail._errors import InvalidDataError, KeyNotFoundError
+from gradientmail._exchange.layout import Head, Keys, check_layout, new_data_token, token_version
 from gradientmail._exchange.stats import ExchangeTraffic
+from gradientmail._exchange.tensors import from_wire, to_wire
 from gradientmail.mailbox import Mailbox, Version
 from gradientmail.patterns._claims import decode_record, encode_record
 
-WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 SWEEP_EVERY = 16
 
 
 class Superseded(Exception):
     """A fragment of the version being read was collected: read the head again."""
-
-
-def describe(model: torch.nn.Module) -> list[list[Any]]:
-    """``[name, shape, dtype]`` for every parameter, in ``named_parameters`` order."""
-    return [
-        [name, list(param.shape), str(param.dtype).removeprefix("torch.")]
-        for name, param in model.named_parameters()
-    ]
-
-
-def first_difference(mine: list[list[Any]], shared: list[list[Any]]) -> str:
-    """The first parameter in which two descriptions differ, in words."""
-    for index, (a, b) in enumerate(zip(mine, shared, strict=False)):
-        if a != b:
-            return (
-                f"parameter {index}: this model has {a[0]} {tuple(a[1])} {a[2]}, the shared "
-                f"one {b[0]} {tuple(b[1])} {b[2]}"
-            )
-    if len(mine) != len(shared):
-        return f"this model has {len(mine)} parameters, the shared one {len(shared)}"
-    return "none"
-
-
-def to_wire(values: torch.Tensor, wire: torch.dtype) -> bytes:
-    """fp32 values as bytes in ``wire``; bf16 rounds stochastically, so rounding is unbiased."""
-    if wire == torch.float32:
-        return values.contiguous().numpy().tobytes()
-    bits = values.contiguous().view(torch.int32)
-    noise = torch.randint(0, 1 << 16, bits.shape, dtype=torch.int32)
-    rounded = ((bits + noise) & -65536).view(torch.float32)
-    rounded = torch.where(torch.isfinite(rounded), rounded, values)
-    return rounded.to(torch.bfloat16).view(torch.int16).numpy().tobytes()
-
-
-def from_wire(data: bytes, wire: torch.dtype) -> torch.Tensor:
-    """The fp32 values that :func:`to_wire` wrote."""
-    if wire == torch.float32:
-        return torch.frombuffer(bytearray(data), dtype=torch.float32)
-    return torch.frombuffer(bytearray(data), dtype=torch.bfloat16).float()
 
 
 @dataclass
@@ -88,10 +49,6 @@ class SharedStore:
     #: Requests and bytes so far, for ``Exchange.stats``.
     traffic: ExchangeTraffic = field(default_factory=ExchangeTraffic)
 
-    def fragments_for(self, elements: int) -> int:
-        itemsize = torch.empty((), dtype=self.wire).element_size()
-        return max(1, math.ceil(elements * itemsize / self.fragment_bytes))
-
     # -- layout -----------------------------------------------------------------------------
 
     def ensure_layout(self, layout: dict[str, Any]) -> None:
@@ -104,19 +61,7 @@ class SharedStore:
         if self.mailbox.put_if_absent(self.keys.layout, encode_record(layout)):
             return
         stored = decode_record(self.mailbox.get(self.keys.layout)) or {}
-        where = f"the shared model {self.keys.name!r} in {self.mailbox.url}"
-        if stored.get("params") != layout["params"]:
-            difference = first_difference(layout["params"], stored.get("params") or [])
-            raise ConfigurationError(
-                f"this model does not match {where}: {difference}. Pass the same model, or "
-                "another name= for a second shared model"
-            )
-        for option in ("wire", "rule", "parts"):
-            if stored.get(option) != layout[option]:
-                raise ConfigurationError(
-                    f"{where} was started with {option}={stored.get(option)!r}, this learner "
-                    f"asks for {layout[option]!r}; every learner must use the same"
-                )
+        check_layout(stored, layout, f"the shared model {self.keys.name!r} in {self.mailbox.url}")
 
     # -- the head ---------------------------------------------------------------------------
 
@@ -223,58 +168,3 @@ class SharedStore:
         """The history after adding a version, and the entries that fell out of it."""
         history = [*head.history, [version, token, count]]
         return history[-self.keep :], history[: -self.keep]
-
-
-def flat(model: torch.nn.Module) -> torch.Tensor:
-    """The model's parameters as one fp32 vector on their device (a copy)."""
-    return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
-
-
-def assign(model: torch.nn.Module, values: torch.Tensor) -> None:
-    """Copy a flat fp32 vector into the parameters, in order."""
-    offset = 0
-    with torch.no_grad():
-        for p in model.parameters():
-            n = p.numel()
-            p.copy_(values[offset : offset + n].view_as(p).to(device=p.device, dtype=p.dtype))
-            offset += n
-
-
-def check_wire(wire: str) -> torch.dtype:
-    if wire not in WIRE_DTYPES:
-        raise ConfigurationError(
-            f"wire={wire!r} is not supported; use one of {sorted(WIRE_DTYPES)}"
-        )
-    return WIRE_DTYPES[wire]
-
-
-def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model") -> int:
-    """Load the current shared parameters of ``name`` into ``model``; return their version.
-
-    Works on any mailbox (a plain read): for evaluation, export, or a model outside the run.
-
-    Raises:
-        ConfigurationError: no shared model of that name is in the mailbox, or ``model``
-            does not match it (the first difference is named).
-    """
-    layout = SharedStore(mailbox, Keys(name), WIRE_DTYPES["float32"], 1, 1).read_layout()
-    if layout is None:
-        raise ConfigurationError(
-            f"{mailbox.url} holds no shared model named {name!r}: an Exchange publishes it "
-            "when its first learner enters"
-        )
-    mine = describe(model)
-    if layout.get("params") != mine:
-        difference = first_difference(mine, layout.get("params") or [])
-        raise ConfigurationError(f"this model does not match shared model {name!r}: {difference}")
-    store = SharedStore(mailbox, Keys(name), check_wire(str(layout.get("wire"))), 1, 1)
-    while True:
-        head = store.read_head_plain()
-        if head is None:
-            raise ConfigurationError(f"shared model {name!r} in {mailbox.url} has no version yet")
-        try:
-            state = store.read_state(head)
-        except Superseded:
-            continue
-        assign(model, state[: sum(p.numel() for p in model.parameters())])
-        return head.version
