@@ -1500,6 +1500,87 @@ MUTANTS: tuple[Mutant, ...] = (
         "a reader that meets a collected fragment uses what it has instead of reading the "
         "head again: a version read half from another",
     ),
+    # -- the exchange used the wrong way (issue 49) --
+    Mutant(
+        "exchange-leave-judged-by-a-counter",
+        "_exchange/learner.py",
+        (
+            (
+                "        if leaving and self._tensors.equal(self._handoff.applier.anchor):",
+                "        if leaving and self._since == 0:",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_use.py::test_leaving_exchanges_training_that_no_step_call_counted",
+        ),
+        "leaving trusts the step counter: training no step() counted is discarded",
+    ),
+    Mutant(
+        "exchange-optimizer-not-hooked",
+        "_exchange/learner.py",
+        (
+            (
+                "            self._hook = self._optimizer.register_step_post_hook("
+                "self._optimizer_stepped)",
+                "            pass",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_use.py::test_the_optimizer_hook_counts_each_optimizer_step_without_a_step_call",
+            "tests/torch/test_exchange_use.py::test_with_gradient_accumulation_the_hook_counts_optimizer_steps_not_micro_batches",
+        ),
+        "optimizer= is accepted but its steps are never counted: no exchange before leaving",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-hook-outlives-the-with-block",
+        "_exchange/learner.py",
+        (("            self._hook.remove()\n", "            pass\n"),),
+        ("tests/torch/test_exchange_use.py::test_the_hook_goes_with_the_with_block",),
+        "the optimizer keeps calling a left Exchange, and its steps raise after the with block",
+    ),
+    Mutant(
+        "exchange-steps-counted-twice",
+        "_exchange/learner.py",
+        (
+            (
+                "        if self._optimizer is not None:\n            raise",
+                "        if False:\n            raise",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_use.py::test_step_is_refused_when_the_optimizer_counts_the_steps",
+        ),
+        "step() beside the optimizer hook counts every step twice, silently",
+    ),
+    Mutant(
+        "exchange-step-outside-the-with-block",
+        "_exchange/learner.py",
+        (('        if self._phase != "entered":\n', "        if False:\n"),),
+        ("tests/torch/test_exchange_use.py::test_step_outside_the_with_block_is_refused",),
+        "step() before entering or after leaving does nothing, silently",
+    ),
+    Mutant(
+        "exchange-entered-twice",
+        "_exchange/learner.py",
+        (('        if self._phase != "new":\n', "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_use.py::test_entering_the_same_exchange_twice_is_refused_and_never_hangs",
+        ),
+        "a second with block on one Exchange hangs at its end",
+    ),
+    Mutant(
+        "exchange-memory-in-several-processes",
+        "_exchange/learner.py",
+        (("    if where is not None:\n", "    if False:\n"),),
+        (
+            "tests/torch/test_exchange_processes.py::test_memory_in_a_torch_distributed_job_of_several_processes_is_refused",
+            "tests/torch/test_exchange_processes.py::test_memory_in_a_spawned_process_is_refused",
+            "tests/torch/test_exchange_processes.py::test_memory_in_a_dataloader_worker_is_refused",
+        ),
+        "memory:// is accepted in several processes: each trains its own model, unseen",
+        killers=2,
+    ),
     # -- the mechanisms this round fixed: each mutant is the bug a test was written for --
     Mutant(
         "lease-takeover-after-periods",

@@ -28,6 +28,20 @@ def flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def initial() -> torch.Tensor:
+    """The integer model's parameters, flat: where every shared model of these tests starts."""
+    return flat(integer_model())
+
+
+def shared_now(box: Mailbox) -> torch.Tensor:
+    """The shared integer model's current parameters, flat."""
+    from gradientmail.torch import load_shared
+
+    model = integer_model()
+    load_shared(model, box)
+    return flat(model)
+
+
 def exact_exchange(
     model: torch.nn.Module, box: Mailbox, learner: str, every: int, fragment_bytes: int = 16
 ) -> Any:
@@ -89,3 +103,14 @@ def progress(out: str) -> int:
     except FileNotFoundError:
         return 0
     return len(lines)
+
+
+def exchange_outcome(box: Mailbox, out: str) -> None:
+    """Build an Exchange over ``box`` in this process; write what happened to ``out``."""
+    from gradientmail.torch import Exchange
+
+    try:
+        Exchange(integer_model(), mailbox=box, learner_id="child")
+        Path(out).write_text("accepted")
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        Path(out).write_text(f"{type(exc).__name__}: {exc}")

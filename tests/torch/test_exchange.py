@@ -40,9 +40,11 @@ from tests.support.delegating import Delegating  # noqa: E402
 from tests.support.exchange_workers import (  # noqa: E402
     exact_exchange,
     flat,
+    initial,
     integer_model,
     integer_steps,
     progress,
+    shared_now,
 )
 from tests.support.fault_profiles import PROFILES  # noqa: E402
 from tests.support.faultproxy import FaultProxy, Request  # noqa: E402
@@ -53,16 +55,6 @@ from tests.support.rigs import Rig  # noqa: E402
 THREAD_RIGS = ["rig_memory", "rig_file", "rig_s3_seaweed", "rig_gcs", "rig_azure"]
 PROCESS_RIGS = ["rig_file", "rig_s3_seaweed", "rig_gcs", "rig_azure"]
 CTX = mp.get_context("spawn")
-
-
-def initial() -> Any:
-    return flat(integer_model())
-
-
-def shared_now(box: Mailbox) -> Any:
-    model = integer_model()
-    load_shared(model, box)
-    return flat(model)
 
 
 def _more(exchange: Exchange, than: int) -> bool:

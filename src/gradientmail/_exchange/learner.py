@@ -10,6 +10,7 @@ import time
 import warnings
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from gradientmail._errors import (
     ConfigurationError,
@@ -26,8 +27,9 @@ from gradientmail._exchange.store import SharedStore, Superseded
 from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, check_wire
 from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail._keys import validate_segment
+from gradientmail._torch_world import separate_process
 from gradientmail.backends._base import new_write_id
-from gradientmail.backends._options import lease_seconds, positive
+from gradientmail.backends._options import lease_seconds, positive, redact
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns._workers import CarriedError
 
@@ -41,10 +43,12 @@ DEFAULT_FRAGMENT_BYTES = 256 * 2**20
 class Exchange:
     """Train one model from learners of unequal speed, through the mailbox.
 
-    Every ``every`` calls of :meth:`step`, a background thread applies this learner's
-    progress since its anchor (the shared version it last adopted) to the current shared
-    parameters with compare-and-swap; a later :meth:`step` adopts the result, keeping the
-    local steps made meanwhile. ``docs/exchange.md`` has the rules, layout and costs.
+    Every ``every`` local steps, a background thread applies this learner's progress since
+    its anchor (the shared version it last adopted) to the current shared parameters with
+    compare-and-swap; a later step adopts the result, keeping the local steps made
+    meanwhile. With ``optimizer=`` each ``optimizer.step()`` is a local step (a post-hook
+    counts it); without, each call of :meth:`step`. ``docs/exchange.md`` has the rules,
+    layout and costs.
 
     One exchange of a model in ``F`` fragments reads the head twice and, when another
     learner applied since this one's last exchange, ``F`` fragments; it writes ``F``
@@ -57,8 +61,10 @@ class Exchange:
           the current one into ``model``: every learner starts from the same weights.
         * Each exchange is applied exactly once, after lost swaps and lost responses alike.
         * No version is ever visible half-written; a killed learner stalls no one.
-        * :meth:`step` never waits for the store. Leaving normally exchanges the steps left
-          and waits for it; leaving through an exception applies nothing more.
+        * A step never waits for the store. Leaving normally exchanges every change of the
+          parameters since the version last adopted (judged by comparing them, so training
+          no step counted is not lost) and waits for it; leaving through an exception
+          applies nothing more.
         * A newer process with the same ``learner_id`` fences this one: its next
           :meth:`step` raises ``LeaseLostError``.
 
@@ -66,6 +72,9 @@ class Exchange:
         model: the module whose parameters are shared (buffers stay local).
         mailbox: a mailbox with compare-and-swap (else ``NotSupportedError``).
         learner_id: this learner's id; :func:`gradientmail.learner_id` by default.
+        optimizer: the optimizer that steps ``model``; each of its steps is then counted
+            (gradient accumulation counts optimizer steps, not micro-batches), and
+            :meth:`step` is not called.
         every: local steps between exchanges.
         outer, outer_lr: the rule (``"average"``, ``"delayed-nesterov"`` or an object) and
             the named rule's step (``None``: its default).
@@ -81,7 +90,8 @@ class Exchange:
             (600 by default; ``lease=`` is its former name, deprecated).
 
     Raises:
-        ConfigurationError: a bad option, or on entering a model unlike the shared one.
+        ConfigurationError: a bad option; on entering, a model unlike the shared one, or
+            an Exchange entered before (each ``with`` block takes a new one).
     """
 
     def __init__(
@@ -90,6 +100,7 @@ class Exchange:
         *,
         mailbox: Mailbox,
         learner_id: str | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
         every: int = 50,
         outer: str | OuterRule = "average",
         outer_lr: float | None = None,
@@ -109,6 +120,7 @@ class Exchange:
                 f"{mailbox.url} has no compare-and-swap, which an Exchange needs to apply each "
                 "learner's progress exactly once; use file://, s3://, gs://, az:// or memory://"
             )
+        _require_shared(mailbox)
         self.model = model
         self.every = positive(every, "every", integer=True)
         learner = validate_segment(
@@ -145,6 +157,10 @@ class Exchange:
         self._handoff = Handoff(applier)
         self._snapshot: torch.Tensor | None = None  # the model handed over, until adopted
         self._since = 0
+        self._optimizer = _stepping(optimizer, model)
+        self._hook: RemovableHandle | None = None
+        #: "new", then "entered", then "left": one with block per Exchange.
+        self._phase = "new"
 
     # -- the training loop's side ------------------------------------------------------------
 
@@ -159,11 +175,19 @@ class Exchange:
         return self._handoff.tally.snapshot(self._handoff.applier.store.traffic)
 
     def __enter__(self) -> Exchange:
+        if self._phase != "new":
+            raise ConfigurationError(
+                f"this Exchange of learner {self.learner_id!r} was entered before: make a new "
+                "Exchange for each with block"
+            )
         handoff = self._handoff
         state, version = handoff.applier.join(lambda: self._tensors.flat().cpu())
         handoff.tally.joined(version)
         self._tensors.assign(state[: handoff.applier.numel])
         handoff.start()
+        self._phase = "entered"
+        if self._optimizer is not None:
+            self._hook = self._optimizer.register_step_post_hook(self._optimizer_stepped)
         log.info(
             "%s joined shared model %r at version %d",
             self.learner_id,
@@ -175,9 +199,35 @@ class Exchange:
     def step(self) -> None:
         """Count one local step; adopt a finished exchange; start one every ``every`` steps.
 
-        Never waits for the store. Raises the exchange thread's error, if it failed
-        (``LeaseLostError`` when a newer incarnation of this learner id took over).
+        For a loop without an optimizer hooked (``optimizer=``). Never waits for the store.
+
+        Raises:
+            ConfigurationError: outside the ``with`` block, or with ``optimizer=`` given
+                (its steps are counted already).
+            LeaseLostError: a newer incarnation of this learner id took over; or the
+                exchange thread's own error, if it failed.
         """
+        if self._optimizer is not None:
+            raise ConfigurationError(
+                f"the Exchange of learner {self.learner_id!r} counts each optimizer.step() "
+                "itself (optimizer=): drop the exchange.step() call, which would count every "
+                "step twice"
+            )
+        self._count_step()
+
+    def _optimizer_stepped(self, *_: object) -> None:
+        """The optimizer's post-hook: one local step."""
+        self._count_step()
+
+    def _count_step(self) -> None:
+        """One local step, from :meth:`step` or the optimizer's hook: the one place steps
+        are counted."""
+        if self._phase != "entered":
+            raise ConfigurationError(
+                f"Exchange.step() outside its with block (learner {self.learner_id!r}): "
+                "nothing would reach the shared model; train inside "
+                "`with Exchange(...) as exchange:`"
+            )
         began = time.perf_counter()
         with self._handoff.lock:
             self._raise_failure()
@@ -188,6 +238,9 @@ class Exchange:
             self._handoff.tally.stepped(time.perf_counter() - began)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+        self._phase = "left"
         try:
             if exc_type is None:
                 self._leave()
@@ -195,7 +248,8 @@ class Exchange:
             self._handoff.close()
 
     def _leave(self) -> None:
-        """Exchange what is left, wait for it and adopt it, and mark this learner gone."""
+        """Exchange what changed since the version adopted, wait for it and adopt it, and
+        mark this learner gone."""
         handoff = self._handoff
         with handoff.lock:
             if self._snapshot is not None:
@@ -208,8 +262,9 @@ class Exchange:
             self._adopt_locked()
 
     def _submit_locked(self, leaving: bool) -> None:
-        """Hand the thread a snapshot; when leaving with no step since the last, none."""
-        if leaving and self._since == 0:
+        """Hand the thread a snapshot; when leaving with the model still the version
+        adopted, none (the thread is idle then: the anchor is safe to read)."""
+        if leaving and self._tensors.equal(self._handoff.applier.anchor):
             self._snapshot = self._handoff.applier.anchor  # the model is the adopted version
             self._handoff.submit(None, leaving)
         else:
@@ -237,6 +292,36 @@ class Exchange:
         if isinstance(error, LeaseLostError):
             raise LeaseLostError(str(error), learner=self.learner_id) from error
         CarriedError.of(error).reraise(f"the exchange of learner {self.learner_id}")
+
+
+def _require_shared(mailbox: Mailbox) -> None:
+    """Refuse a mailbox that is not shared across processes where this is one of several."""
+    if mailbox.supports(Capability.SHARED_ACROSS_PROCESSES):
+        return
+    where = separate_process()
+    if where is not None:
+        raise ConfigurationError(
+            f"Exchange over {redact(mailbox.url)} {where}: this mailbox is not shared across "
+            "processes, so each process would train its own model in its own store; use a "
+            "shared store (file://, s3://, gs://, az://)"
+        )
+
+
+def _stepping(optimizer: object, model: torch.nn.Module) -> torch.optim.Optimizer | None:
+    """``optimizer``, checked to step some of ``model``'s parameters."""
+    if optimizer is None:
+        return None
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ConfigurationError(
+            f"optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}"
+        )
+    stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if not any(id(p) in stepped for p in model.parameters()):
+        raise ConfigurationError(
+            "the optimizer steps none of this model's parameters: pass the optimizer built "
+            "on model.parameters()"
+        )
+    return optimizer
 
 
 def _active_window(active_window: float | None, lease: float | None) -> float:

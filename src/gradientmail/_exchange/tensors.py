@@ -83,3 +83,14 @@ class ModelTensors:
                 piece = values[offset : offset + n].view_as(p)
                 p.copy_(piece.to(device=p.device, dtype=p.dtype))
                 offset += n
+
+    def equal(self, values: torch.Tensor) -> bool:
+        """Whether the tensors hold exactly ``values`` (cast as :meth:`assign` would)."""
+        offset = 0
+        for _, p in self._params:
+            n = p.numel()
+            piece = values[offset : offset + n].view_as(p)
+            if not torch.equal(p.detach(), piece.to(device=p.device, dtype=p.dtype)):
+                return False
+            offset += n
+        return True
