@@ -1581,6 +1581,103 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory:// is accepted in several processes: each trains its own model, unseen",
         killers=2,
     ),
+    Mutant(
+        "exchange-buffers-stay-local",
+        "_exchange/tensors.py",
+        (("        if buffers:\n", "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_buffers_travel_with_the_parameters_and_load_shared_fills_them",
+            "tests/torch/test_exchange_shared_state.py::test_batch_norm_statistics_are_shared_so_the_loaded_model_evaluates_as_the_learners",
+        ),
+        "buffers are never shared: BatchNorm statistics differ per learner and load_shared "
+        "returns a model that evaluates wrong",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-load-shared-skips-buffers",
+        "_exchange/learner.py",
+        (
+            (
+                'buffers=bool(settings.get("buffers", False))',
+                "buffers=False",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_buffers_travel_with_the_parameters_and_load_shared_fills_them",
+            "tests/torch/test_exchange_shared_state.py::test_batch_norm_statistics_are_shared_so_the_loaded_model_evaluates_as_the_learners",
+        ),
+        "load_shared fills the parameters but leaves the model's buffers as they were",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-counts-last-writer-wins",
+        "_exchange/applier.py",
+        (
+            (
+                "            counts = torch.maximum(current.counts, snapshot.counts)",
+                "            counts = snapshot.counts",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_buffers_travel_with_the_parameters_and_load_shared_fills_them",
+        ),
+        "an integer buffer takes the last learner's value, not the largest",
+    ),
+    Mutant(
+        "exchange-adopt-drops-larger-counts",
+        "_exchange/learner.py",
+        (
+            (
+                "                torch.maximum(outcome.shared.counts, counts),",
+                "                counts,",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_buffers_travel_with_the_parameters_and_load_shared_fills_them",
+        ),
+        "adopting keeps the learner's own integer buffers, not the shared largest value",
+    ),
+    Mutant(
+        "exchange-settings-unchecked",
+        "_exchange/layout.py",
+        (
+            (
+                "        if name in settings and settings[name] != value:",
+                "        if False:",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_a_learner_asking_for_another_shared_setting_is_refused_naming_both_values",
+            "tests/torch/test_exchange_shared_state.py::test_the_momentum_of_a_rule_object_is_a_shared_setting_too",
+        ),
+        "a learner with another outer_lr, staleness or window joins, and moves the shared "
+        "model by its own rule, silently",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-frozen-not-warned",
+        "_exchange/learner.py",
+        (("        if frozen is not None:\n", "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_a_parameter_frozen_here_but_trained_by_the_first_learner_is_warned_about",
+        ),
+        "a parameter frozen on one learner and trained on another moves, without a word",
+    ),
+    Mutant(
+        "exchange-caches-unrounded-values",
+        "_exchange/store.py",
+        (
+            (
+                "        return token, count, State(stored, state.counts)",
+                "        return token, count, state",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_a_bf16_wire_stores_the_shared_weights_in_bf16_and_never_moves_a_frozen_one_again",
+        ),
+        "the writer keeps the unrounded values it wrote in bf16: each version rounds them "
+        "anew, and weights nobody trains drift",
+    ),
     # -- the mechanisms this round fixed: each mutant is the bug a test was written for --
     Mutant(
         "lease-takeover-after-periods",

@@ -43,24 +43,29 @@ def shared_now(box: Mailbox) -> torch.Tensor:
 
 
 def exact_exchange(
-    model: torch.nn.Module, box: Mailbox, learner: str, every: int, fragment_bytes: int = 16
+    model: torch.nn.Module,
+    box: Mailbox,
+    learner: str,
+    every: int,
+    fragment_bytes: int = 16,
+    **options: Any,
 ) -> Any:
     """An Exchange that moves the shared model by exactly each learner's progress.
 
-    ``outer_lr=1``, no staleness weight and no drop, in fragments of ``fragment_bytes`` (16:
-    a version spans several, so a half-written one would show).
+    ``outer_lr=1``, no staleness weight and no drop (``options`` may set others, the same
+    for every learner of a shared model), in fragments of ``fragment_bytes`` (16: a
+    version spans several, so a half-written one would show).
     """
     from gradientmail.torch import Exchange
 
+    exact: dict[str, Any] = {"outer_lr": 1.0, "staleness": None, "max_staleness": None}
     return Exchange(
         model,
         mailbox=box,
         learner_id=learner,
         every=every,
-        outer_lr=1.0,
-        staleness=None,
-        max_staleness=None,
         fragment_bytes=fragment_bytes,
+        **{**exact, **options},
     )
 
 

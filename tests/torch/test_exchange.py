@@ -63,15 +63,21 @@ def _more(exchange: Exchange, than: int) -> bool:
 
 
 def exact_steps(
-    box: Mailbox, learner: str, steps: int, size: int, every: int = 2, lockstep: bool = False
+    box: Mailbox,
+    learner: str,
+    steps: int,
+    size: int,
+    every: int = 2,
+    lockstep: bool = False,
+    **options: Any,
 ) -> int:
     """In this thread: integer steps through an exact Exchange; return the total delta.
 
     With ``lockstep``, each step waits until the exchange it started was applied, so that
-    every ``every`` steps make one exchange.
+    every ``every`` steps make one exchange. ``options`` go to the Exchange.
     """
     model = integer_model()
-    with exact_exchange(model, box, learner, every) as exchange:
+    with exact_exchange(model, box, learner, every, **options) as exchange:
         for _ in range(steps):
             with torch.no_grad():
                 for p in model.parameters():
@@ -275,7 +281,7 @@ def test_late_joiner_starts_from_the_current_shared_version() -> None:
     box = from_url("memory://exchange-late-join")
     exact_steps(box, "early", steps=6, size=2)
     late = torch.nn.Linear(4, 3)  # other initial values: the shared ones must replace them
-    with Exchange(late, mailbox=box, learner_id="late") as exchange:
+    with exact_exchange(late, box, "late", every=50) as exchange:
         assert torch.equal(flat(late), shared_now(box))
         assert exchange.stats.version > 0
 
@@ -287,7 +293,7 @@ def test_a_restart_with_the_same_id_continues_its_ledger_and_fences_the_old_proc
     old.__enter__()
     old.step()
     wait_until(lambda: old.stats.exchanges == 1, 30, "the first exchange")
-    with Exchange(new_model, mailbox=box, learner_id="same", every=1) as new:
+    with Exchange(new_model, mailbox=box, learner_id="same", every=1, outer_lr=1.0) as new:
         assert torch.equal(flat(new_model), shared_now(box))
         with pytest.raises(LeaseLostError, match="newer process"):  # noqa: PT012 - a loop
             for _ in range(1000):  # the old one's next exchange finds itself fenced
@@ -406,8 +412,8 @@ def test_a_paused_learner_stalls_no_one_and_its_delta_still_counts_once(
 def test_a_delta_staler_than_the_bound_is_dropped_and_the_learner_adopts_the_current() -> None:
     box = from_url("memory://exchange-stale")
     slow_model = integer_model()
-    with Exchange(slow_model, mailbox=box, learner_id="slow", every=1, max_staleness=2) as slow:
-        exact_steps(box, "fast", steps=8, size=1, every=1, lockstep=True)  # 8 versions
+    with exact_exchange(slow_model, box, "slow", every=1, max_staleness=2) as slow:
+        exact_steps(box, "fast", 8, 1, every=1, lockstep=True, max_staleness=2)  # 8 versions
         with torch.no_grad():
             for p in slow_model.parameters():
                 p -= 100

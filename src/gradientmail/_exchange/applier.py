@@ -23,6 +23,7 @@ from gradientmail._exchange.membership import Membership
 from gradientmail._exchange.rules import OuterStep
 from gradientmail._exchange.stats import Tally
 from gradientmail._exchange.store import Superseded
+from gradientmail._exchange.tensors import State
 
 __all__ = ["Applier", "Outcome"]
 
@@ -33,7 +34,7 @@ class Outcome(NamedTuple):
     """What an exchange produced: the shared parameters to adopt and their version; and,
     when a delta was applied or dropped, its staleness (``None``: nothing was exchanged)."""
 
-    shared: torch.Tensor
+    shared: State
     version: int
     tau: int | None = None
     applied: bool = False
@@ -67,31 +68,38 @@ class Applier:
         self.layout = layout
         self.numel = int(layout["numel"])
         self.seq = 0
-        self.anchor: torch.Tensor = torch.empty(0)
+        #: The version last adopted (its values without the rule's own state).
+        self.anchor = State(torch.empty(0), torch.empty(0, dtype=torch.int64))
         self.anchor_version = -1
-        self._cached: tuple[str, torch.Tensor] | None = None
+        self._cached: tuple[str, State] | None = None
 
     @property
     def learner_id(self) -> str:
         """The learner whose deltas this applies."""
         return self.membership.learner_id
 
-    def join(self, initial: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, int]:
-        """Publish ``initial()`` (the parameters, then the rule's zeroed state) if no shared
-        version exists, else register with the current one; return the state and version."""
-        self.store.ensure_layout(self.layout)
+    def join(self, initial: Callable[[], State]) -> tuple[State, int, dict[str, Any]]:
+        """Publish ``initial()`` (the rule's own state starts at zero) if no shared version
+        exists, else register with the current one; return the state, its version and the
+        layout record stored."""
+        stored = self.store.ensure_layout(self.layout)
         extra = self.numel * (self.outer.rule.parts - 1)
-        head, state = self.membership.join(lambda: torch.cat([initial(), torch.zeros(extra)]))
+
+        def first() -> State:
+            values, counts = initial()
+            return State(torch.cat([values, torch.zeros(extra)]), counts)
+
+        head, state = self.membership.join(first)
         self.seq = head.learners[self.learner_id].seq
         self._anchor_at(head, state)
-        return state, head.version
+        return state, head.version, stored
 
     def leave(self) -> Outcome:
         """Mark this learner gone, with nothing to apply; the anchor stays what to adopt."""
         self.membership.mark_left()
         return Outcome(self.anchor, self.anchor_version)
 
-    def apply(self, snapshot: torch.Tensor, leaving: bool, blocked_s: float) -> Outcome:
+    def apply(self, snapshot: State, leaving: bool, blocked_s: float) -> Outcome:
         """Apply the progress from the anchor to ``snapshot`` to the current shared version.
 
         Retries lost swaps; after a lost response, the ledger says whether it landed. The
@@ -100,7 +108,7 @@ class Applier:
         Raises:
             LeaseLostError: a newer process with this learner id replaced this one.
         """
-        delta = snapshot.detach().to("cpu", torch.float32) - self.anchor
+        delta = snapshot.values.detach().to("cpu", torch.float32) - self.anchor.values
         store = self.store
         pending = self.seq + 1
         while True:
@@ -138,14 +146,16 @@ class Applier:
             now = time.time()
             active = len(set(head.active_learners(now, self.active_window)) | {self.learner_id})
             rule = self.outer.rule
-            parts = [current[i * self.numel : (i + 1) * self.numel] for i in range(rule.parts)]
+            values = current.values
+            parts = [values[i * self.numel : (i + 1) * self.numel] for i in range(rule.parts)]
             weight = 0.0 if dropped else self.outer.weight(tau, active)
             new_parts, rule_state = rule.apply(parts, delta * weight, active, head.rule_state)
-            state = torch.cat(new_parts)
+            # Integer buffers (counts of batches seen) take the largest value any learner had.
+            counts = torch.maximum(current.counts, snapshot.counts)
             if self._overtaken(head):
                 continue  # another learner swapped meanwhile: its version first, writing nothing
             version = head.version + 1
-            token, count = store.write_state(version, state)
+            token, count, state = store.write_state(version, State(torch.cat(new_parts), counts))
             head.learners[self.learner_id] = replace(
                 entry,
                 seq=pending,
@@ -178,19 +188,19 @@ class Applier:
         self.tally.conflict()
         return True
 
-    def _state_of(self, head: Head) -> torch.Tensor:
+    def _state_of(self, head: Head) -> State:
         if self._cached is not None and self._cached[0] == head.token:
             return self._cached[1]
         state = self.store.read_state(head)
         self._cached = (head.token, state)
         return state
 
-    def _anchor_at(self, head: Head, state: torch.Tensor) -> None:
+    def _anchor_at(self, head: Head, state: State) -> None:
         self._cached = (head.token, state)
-        self.anchor = state[: self.numel].clone()
+        self.anchor = State(state.values[: self.numel].clone(), state.counts.clone())
         self.anchor_version = head.version
 
-    def _done(self, head: Head, state: torch.Tensor, tau: int, applied: bool) -> Outcome:
+    def _done(self, head: Head, state: State, tau: int, applied: bool) -> Outcome:
         """Adopt ``head``'s version as the new anchor."""
         self.seq = head.learners[self.learner_id].seq
         self._anchor_at(head, state)

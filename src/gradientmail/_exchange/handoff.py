@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import threading
 
-import torch
-
 from gradientmail._exchange.applier import Applier, Outcome
 from gradientmail._exchange.stats import Tally
+from gradientmail._exchange.tensors import State
 
 __all__ = ["Handoff"]
 
@@ -29,7 +28,7 @@ class Handoff:
         self.applier = applier
         self.tally: Tally = applier.tally
         self.lock = self.tally.lock
-        self._job: tuple[torch.Tensor | None, bool] | None = None  # (snapshot, leaving)
+        self._job: tuple[State | None, bool] | None = None  # (snapshot, leaving)
         self._result: Outcome | None = None
         self.error: BaseException | None = None
         self._stop = False
@@ -41,7 +40,7 @@ class Handoff:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, snapshot: torch.Tensor | None, leaving: bool) -> None:
+    def submit(self, snapshot: State | None, leaving: bool) -> None:
         """Hand the thread a job: apply ``snapshot`` (``None``: nothing, only leave)."""
         self._job = (snapshot, leaving)
         self.lock.notify_all()

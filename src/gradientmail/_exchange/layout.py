@@ -3,9 +3,13 @@
 Every key one shared model uses is named here, under ``exchange/{name}/``:
 
 ``layout``
-    ``{"params": [[name, shape, dtype], ...], "numel", "wire", "rule", "parts"}``, created
-    once with ``put_if_absent`` by the first learner. A learner whose model differs is
-    refused, naming the first difference.
+    ``{"params": [[name, shape, dtype], ...], "buffers": [...], "frozen": [names], "numel",
+    "counts", "shared": {setting: value}}``, created once with ``put_if_absent`` by the first
+    learner. ``shared`` holds the settings every learner must share (the wire dtype, the
+    outer rule and its step, the staleness weight and bound, the activity window, whether
+    buffers are shared); a learner whose model or settings differ is refused, naming the
+    first difference. ``numel`` counts a version's fp32 values per part of the outer rule's
+    state, ``counts`` its int64 values.
 ``head``
     The one record that is swapped (compare-and-swap). It names the current version, the
     fragments that hold it, the versions still kept, and a ledger entry per learner (see
@@ -73,47 +77,82 @@ def token_version(token: str) -> int | None:
     return int(number) if number.isdigit() and rest else None
 
 
-def _first_difference(mine: list[list[Any]], shared: list[list[Any]]) -> str:
-    """The first parameter in which two descriptions differ, in words."""
+#: The settings an older layout record held at its top level, before ``shared``.
+_LEGACY_SETTINGS = ("wire", "rule", "parts")
+
+
+def shared_settings(layout: dict[str, Any]) -> dict[str, Any]:
+    """The settings every learner of a shared model must share, as its layout records them."""
+    settings = layout.get("shared")
+    if isinstance(settings, dict):
+        return settings
+    return {name: layout[name] for name in _LEGACY_SETTINGS if name in layout}
+
+
+def _first_difference(mine: list[list[Any]], shared: list[list[Any]], what: str) -> str:
+    """The first tensor in which two descriptions differ, in words."""
     for index, (a, b) in enumerate(zip(mine, shared, strict=False)):
         if a != b:
             return (
-                f"parameter {index}: this model has {a[0]} {tuple(a[1])} {a[2]}, the shared "
+                f"{what} {index}: this model has {a[0]} {tuple(a[1])} {a[2]}, the shared "
                 f"one {b[0]} {tuple(b[1])} {b[2]}"
             )
-    return f"this model has {len(mine)} parameters, the shared one {len(shared)}"
+    return f"this model has {len(mine)} {what}s, the shared one {len(shared)}"
 
 
 def check_model(stored: dict[str, Any], mine: dict[str, Any], where: str) -> None:
-    """The one check that a model matches a shared model's layout record.
+    """The one check that a model matches a shared model's layout record: its parameters,
+    then its shared buffers.
 
     Raises:
-        ConfigurationError: the parameters' names, shapes or dtypes differ, naming the
-            first difference.
+        ConfigurationError: names, shapes or dtypes differ, naming the first difference.
     """
-    shared = stored.get("params") or []
-    if shared != mine["params"]:
-        raise ConfigurationError(
-            f"this model does not match {where}: "
-            f"{_first_difference(mine['params'], shared)}. Pass the same model, or another "
-            "name= for a second shared model"
-        )
+    for field_name, what in (("params", "parameter"), ("buffers", "buffer")):
+        shared = stored.get(field_name) or []
+        if shared != mine[field_name]:
+            difference = _first_difference(mine[field_name], shared, what)
+            raise ConfigurationError(
+                f"this model does not match {where}: {difference}. Pass the same model, or "
+                "another name= for a second shared model"
+            )
 
 
 def check_layout(stored: dict[str, Any], mine: dict[str, Any], where: str) -> None:
-    """Check a joining learner's layout against the stored one: the model, then the options
-    every learner must share.
+    """Check a joining learner's layout against the stored one: the settings every learner
+    must share (``mine["shared"]``, each one compared where the stored record has it),
+    then the model.
 
     Raises:
-        ConfigurationError: naming the first difference.
+        ConfigurationError: naming the first difference, and both values of a setting.
     """
-    check_model(stored, mine, where)
-    for option in ("wire", "rule", "parts"):
-        if stored.get(option) != mine[option]:
+    settings = shared_settings(stored)
+    for name, value in mine["shared"].items():
+        if name in settings and settings[name] != value:
             raise ConfigurationError(
-                f"{where} was started with {option}={stored.get(option)!r}, this learner "
-                f"asks for {mine[option]!r}; every learner must use the same"
+                f"{where} was started with {name}={settings[name]!r}, this learner asks for "
+                f"{name}={value!r}; every learner must use the same {name}"
             )
+    check_model(stored, mine, where)
+
+
+def frozen_difference(stored: dict[str, Any], mine: dict[str, Any]) -> str | None:
+    """In words, the parameters frozen (``requires_grad=False``) here but not in the learner
+    that started the shared model, and the reverse; ``None`` when they agree."""
+    if "frozen" not in stored:
+        return None  # a layout from before frozen parameters were recorded
+    here, there = set(mine["frozen"]), set(stored["frozen"])
+    parts = []
+    if here - there:
+        parts.append(
+            f"{sorted(here - there)} frozen here but trained by the learner that started it: "
+            "the others' exchanges still move them on this learner"
+        )
+    if there - here:
+        parts.append(
+            f"{sorted(there - here)} trained here but frozen by the learner that started "
+            "it: this learner's exchanges move them for every learner"
+        )
+    return "; ".join(parts) or None
 
 
 @dataclass

@@ -12,25 +12,24 @@ import warnings
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from gradientmail._errors import (
-    ConfigurationError,
-    LeaseLostError,
-    NotSupportedError,
-)
-from gradientmail._exchange.applier import Applier
+from gradientmail._errors import ConfigurationError, LeaseLostError
 from gradientmail._exchange.handoff import Handoff
-from gradientmail._exchange.layout import Keys, check_model
-from gradientmail._exchange.membership import Membership
-from gradientmail._exchange.rules import OuterRule, OuterStep, resolve
-from gradientmail._exchange.stats import ExchangeStats, Tally
+from gradientmail._exchange.layout import Keys, check_model, frozen_difference, shared_settings
+from gradientmail._exchange.options import (
+    Settings,
+    Storage,
+    active_window_seconds,
+    build_applier,
+    checked_model,
+    stepping,
+)
+from gradientmail._exchange.rules import OuterRule, resolve
+from gradientmail._exchange.stats import ExchangeStats
 from gradientmail._exchange.store import SharedStore, Superseded
-from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, check_wire
+from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, State, check_wire
 from gradientmail._identity import learner_id as launcher_learner_id
-from gradientmail._keys import validate_segment
-from gradientmail._torch_world import separate_process
-from gradientmail.backends._base import new_write_id
-from gradientmail.backends._options import lease_seconds, positive, redact
-from gradientmail.mailbox import Capability, Mailbox
+from gradientmail.backends._options import positive
+from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._workers import CarriedError
 
 __all__ = ["Exchange", "load_shared"]
@@ -69,7 +68,7 @@ class Exchange:
           :meth:`step` raises ``LeaseLostError``.
 
     Args:
-        model: the module whose parameters are shared (buffers stay local).
+        model: the module whose parameters (and, with ``buffers``, buffers) are shared.
         mailbox: a mailbox with compare-and-swap (else ``NotSupportedError``).
         learner_id: this learner's id; :func:`gradientmail.learner_id` by default.
         optimizer: the optimizer that steps ``model``; each of its steps is then counted
@@ -88,6 +87,16 @@ class Exchange:
         name, keep: the shared model's name (several may share a mailbox); versions kept.
         active_window: seconds after its last exchange a learner stops counting as active
             (600 by default; ``lease=`` is its former name, deprecated).
+        buffers: share the persistent buffers too: floating ones (``running_mean``) under
+            the outer rule as the parameters, integer ones (``num_batches_tracked``) as
+            their largest value. ``False`` keeps every buffer local.
+
+    The wire dtype, the outer rule and its step, ``staleness``, ``max_staleness``,
+    ``active_window`` and ``buffers`` are recorded in the shared model's layout: a learner
+    asking for other values is refused. ``every``, ``keep`` and ``fragment_bytes`` are each
+    learner's own. A parameter frozen (``requires_grad=False``) here but not in the learner
+    that started the shared model, or the reverse, is warned about on entering
+    (``RuntimeWarning``): it is shared all the same.
 
     Raises:
         ConfigurationError: a bad option; on entering, a model unlike the shared one, or
@@ -111,53 +120,31 @@ class Exchange:
         name: str = "model",
         active_window: float | None = None,
         keep: int = 3,
+        buffers: bool = True,
         lease: float | None = None,
     ) -> None:
-        if not isinstance(model, torch.nn.Module):
-            raise ConfigurationError(f"model must be a torch.nn.Module, not {type(model).__name__}")
-        if not mailbox.supports(Capability.COMPARE_AND_SWAP):
-            raise NotSupportedError(
-                f"{mailbox.url} has no compare-and-swap, which an Exchange needs to apply each "
-                "learner's progress exactly once; use file://, s3://, gs://, az:// or memory://"
-            )
-        _require_shared(mailbox)
         self.model = model
         self.every = positive(every, "every", integer=True)
-        learner = validate_segment(
-            launcher_learner_id() if learner_id is None else learner_id, "learner id"
-        )
-        rule = resolve(outer, outer_lr)
-        if staleness is not None and not (isinstance(staleness, (int, float)) and staleness >= 0):
-            raise ConfigurationError(f"staleness must be a number >= 0 or None, not {staleness!r}")
-        limit = positive(max_staleness, "max_staleness", integer=True, allow_none=True)
-        self._tensors = ModelTensors(model)
-        if self._tensors.numel == 0:
-            raise ConfigurationError("the model has no parameters to share")
-        store = SharedStore(
+        self._tensors = ModelTensors(checked_model(model), buffers=buffers)
+        applier = build_applier(
+            self._tensors,
             mailbox,
-            Keys(name),
-            check_wire(wire),
-            positive(fragment_bytes, "fragment_bytes", integer=True),
-            positive(keep, "keep", integer=True),
-        )
-        layout = {
-            "params": self._tensors.describe(),
-            "numel": self._tensors.numel,
-            "wire": wire,
-            "rule": rule.name,
-            "parts": rule.parts,
-        }
-        applier = Applier(
-            Membership(store, learner, new_write_id(), Tally()),
-            OuterStep(rule, staleness, limit),
-            active_window=_active_window(active_window, lease),
-            layout=layout,
+            launcher_learner_id() if learner_id is None else learner_id,
+            Settings(
+                resolve(outer, outer_lr),
+                staleness,
+                max_staleness,
+                wire,
+                active_window_seconds(active_window, lease),
+                buffers,
+            ),
+            Storage(Keys(name), fragment_bytes, keep),
         )
         # Owned by the exchange thread once started (the training thread joins before it):
         self._handoff = Handoff(applier)
-        self._snapshot: torch.Tensor | None = None  # the model handed over, until adopted
+        self._snapshot: State | None = None  # the model handed over, until adopted
         self._since = 0
-        self._optimizer = _stepping(optimizer, model)
+        self._optimizer = stepping(optimizer, model)
         self._hook: RemovableHandle | None = None
         #: "new", then "entered", then "left": one with block per Exchange.
         self._phase = "new"
@@ -181,9 +168,18 @@ class Exchange:
                 "Exchange for each with block"
             )
         handoff = self._handoff
-        state, version = handoff.applier.join(lambda: self._tensors.flat().cpu())
+        state, version, stored = handoff.applier.join(self._initial)
+        frozen = frozen_difference(stored, handoff.applier.layout)
+        if frozen is not None:
+            warnings.warn(
+                f"shared model {handoff.applier.store.keys.name!r}, learner "
+                f"{self.learner_id!r}: parameters {frozen}; freeze the same parameters on "
+                "every learner",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         handoff.tally.joined(version)
-        self._tensors.assign(state[: handoff.applier.numel])
+        self._tensors.assign(state)
         handoff.start()
         self._phase = "entered"
         if self._optimizer is not None:
@@ -195,6 +191,11 @@ class Exchange:
             version,
         )
         return self
+
+    def _initial(self) -> State:
+        """This model's state, to publish as the first version (on the CPU)."""
+        values, counts = self._tensors.state()
+        return State(values.cpu(), counts)
 
     def step(self) -> None:
         """Count one local step; adopt a finished exchange; start one every ``every`` steps.
@@ -268,7 +269,7 @@ class Exchange:
             self._snapshot = self._handoff.applier.anchor  # the model is the adopted version
             self._handoff.submit(None, leaving)
         else:
-            self._snapshot = self._tensors.flat()
+            self._snapshot = self._tensors.state()
             self._handoff.submit(self._snapshot, leaving)
         self._since = 0
 
@@ -279,9 +280,13 @@ class Exchange:
         outcome = self._handoff.take()
         if outcome is None:
             return
-        current = self._tensors.flat()
+        values, counts = self._tensors.state()
+        shared, snapshot = outcome.shared.values, self._snapshot.values
         self._tensors.assign(
-            outcome.shared.to(current.device) + (current - self._snapshot.to(current.device))
+            State(
+                shared.to(values.device) + (values - snapshot.to(values.device)),
+                torch.maximum(outcome.shared.counts, counts),
+            )
         )
         self._snapshot = None
 
@@ -292,53 +297,6 @@ class Exchange:
         if isinstance(error, LeaseLostError):
             raise LeaseLostError(str(error), learner=self.learner_id) from error
         CarriedError.of(error).reraise(f"the exchange of learner {self.learner_id}")
-
-
-def _require_shared(mailbox: Mailbox) -> None:
-    """Refuse a mailbox that is not shared across processes where this is one of several."""
-    if mailbox.supports(Capability.SHARED_ACROSS_PROCESSES):
-        return
-    where = separate_process()
-    if where is not None:
-        raise ConfigurationError(
-            f"Exchange over {redact(mailbox.url)} {where}: this mailbox is not shared across "
-            "processes, so each process would train its own model in its own store; use a "
-            "shared store (file://, s3://, gs://, az://)"
-        )
-
-
-def _stepping(optimizer: object, model: torch.nn.Module) -> torch.optim.Optimizer | None:
-    """``optimizer``, checked to step some of ``model``'s parameters."""
-    if optimizer is None:
-        return None
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ConfigurationError(
-            f"optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}"
-        )
-    stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    if not any(id(p) in stepped for p in model.parameters()):
-        raise ConfigurationError(
-            "the optimizer steps none of this model's parameters: pass the optimizer built "
-            "on model.parameters()"
-        )
-    return optimizer
-
-
-def _active_window(active_window: float | None, lease: float | None) -> float:
-    """``active_window`` (600 s when not given), or ``lease=``, its deprecated former name."""
-    if lease is None:
-        return lease_seconds(600.0 if active_window is None else active_window, "active_window")
-    if active_window is not None:
-        raise ConfigurationError(
-            "pass active_window= only: lease= is its former name, and both were given"
-        )
-    warnings.warn(
-        "Exchange(lease=) is renamed active_window= (seconds after its last exchange a "
-        "learner stops counting as active); lease= will be removed in the next release",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return lease_seconds(lease, "active_window")
 
 
 def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model") -> int:
@@ -357,9 +315,11 @@ def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model"
             f"{mailbox.url} holds no shared model named {name!r}: an Exchange publishes it "
             "when its first learner enters"
         )
-    tensors = ModelTensors(model)
-    check_model(layout, {"params": tensors.describe()}, f"shared model {name!r}")
-    store = SharedStore(mailbox, keys, check_wire(str(layout.get("wire"))), 1, 1)
+    settings = shared_settings(layout)
+    tensors = ModelTensors(model, buffers=bool(settings.get("buffers", False)))
+    check_model(layout, tensors.describe(), f"shared model {name!r}")
+    wire = check_wire(str(settings.get("wire")))
+    store = SharedStore(mailbox, keys, wire, 1, 1, tensors.count_numel)
     while True:
         head = store.read_head_plain()
         if head is None:
@@ -368,5 +328,5 @@ def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model"
             state = store.read_state(head)
         except Superseded:
             continue
-        tensors.assign(state[: tensors.numel])
+        tensors.assign(state)
         return head.version

@@ -16,12 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-import torch
-
 from gradientmail._errors import OutcomeUnknownError
 from gradientmail._exchange.layout import Head, LearnerEntry
 from gradientmail._exchange.stats import Tally
 from gradientmail._exchange.store import SharedStore, Superseded
+from gradientmail._exchange.tensors import State
 from gradientmail.mailbox import Version
 
 log = logging.getLogger("gradientmail.exchange")
@@ -51,14 +50,13 @@ class Membership:
         entry = head.learners.get(self.learner_id)
         return entry is not None and entry.incarnation == self.incarnation
 
-    def join(self, initial: Callable[[], torch.Tensor]) -> tuple[Head, torch.Tensor]:
+    def join(self, initial: Callable[[], State]) -> tuple[Head, State]:
         """Create the head from ``initial()``'s state, or register in it; return head and state."""
         store = self.store
         while True:
             got = store.read_head()
             if got is None:
-                state = initial()
-                token, count = store.write_state(0, state)
+                token, count, state = store.write_state(0, initial())
                 entry = LearnerEntry(incarnation=self.incarnation, applied_at=time.time())
                 head = Head(0, token, count, [[0, token, count]], {self.learner_id: entry})
                 if self.settle(partial(store.create_head, head), partial(_names, token)):

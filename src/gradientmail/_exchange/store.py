@@ -26,7 +26,7 @@ import torch
 from gradientmail._errors import InvalidDataError, KeyNotFoundError
 from gradientmail._exchange.layout import Head, Keys, check_layout, new_data_token, token_version
 from gradientmail._exchange.stats import ExchangeTraffic
-from gradientmail._exchange.tensors import from_wire, to_wire
+from gradientmail._exchange.tensors import State, from_wire, to_wire
 from gradientmail.mailbox import Mailbox, Version
 from gradientmail.patterns._claims import decode_record, encode_record
 
@@ -46,22 +46,26 @@ class SharedStore:
     wire: torch.dtype
     fragment_bytes: int
     keep: int
+    #: Elements of a version's int64 counts (its integer buffers), stored after its values.
+    counts: int = 0
     #: Requests and bytes so far, for ``Exchange.stats``.
     traffic: ExchangeTraffic = field(default_factory=ExchangeTraffic)
 
     # -- layout -----------------------------------------------------------------------------
 
-    def ensure_layout(self, layout: dict[str, Any]) -> None:
-        """Create the layout record, or check this model against the one stored.
+    def ensure_layout(self, layout: dict[str, Any]) -> dict[str, Any]:
+        """Create the layout record, or check this model against the one stored; return
+        the record that is stored.
 
         Raises:
-            ConfigurationError: the shared model has other parameters, wire dtype or rule,
+            ConfigurationError: the shared model has another model or other shared settings,
                 naming the first difference.
         """
         if self.mailbox.put_if_absent(self.keys.layout, encode_record(layout)):
-            return
+            return layout
         stored = decode_record(self.mailbox.get(self.keys.layout)) or {}
         check_layout(stored, layout, f"the shared model {self.keys.name!r} in {self.mailbox.url}")
+        return stored
 
     # -- the head ---------------------------------------------------------------------------
 
@@ -100,8 +104,8 @@ class SharedStore:
 
     # -- versions ---------------------------------------------------------------------------
 
-    def read_state(self, head: Head) -> torch.Tensor:
-        """The flat fp32 state of ``head``'s version.
+    def read_state(self, head: Head) -> State:
+        """The state of ``head``'s version.
 
         Raises:
             Superseded: a fragment was already collected (the head moved on meanwhile).
@@ -115,12 +119,19 @@ class SharedStore:
             finally:
                 self.traffic = self.traffic.plus(requests=1)
         self.traffic = self.traffic.plus(read=sum(len(chunk) for chunk in chunks))
-        return from_wire(b"".join(chunks), self.wire)
+        data = b"".join(chunks)
+        split = len(data) - 8 * self.counts
+        counts = torch.zeros(0, dtype=torch.int64)
+        if self.counts:
+            counts = torch.frombuffer(bytearray(data[split:]), dtype=torch.int64)
+        return State(from_wire(data[:split], self.wire), counts)
 
-    def write_state(self, version: int, state: torch.Tensor) -> tuple[str, int]:
-        """Write ``state`` as the fragments of a new token; return the token and count."""
+    def write_state(self, version: int, state: State) -> tuple[str, int, State]:
+        """Write ``state`` as the fragments of a new token; return the token, the count,
+        and the state as stored (its values in the wire dtype's precision)."""
         token = new_data_token(version)
-        data = to_wire(state, self.wire)
+        values, stored = to_wire(state.values, self.wire)
+        data = values + state.counts.to(torch.int64).contiguous().numpy().tobytes()
         itemsize = torch.empty((), dtype=self.wire).element_size()
         step = max(itemsize, self.fragment_bytes // itemsize * itemsize)
         count = max(1, math.ceil(len(data) / step))
@@ -131,7 +142,7 @@ class SharedStore:
             key = self.keys.fragment(token, index)
             if not self.mailbox.put_if_absent(key, data[index * step : (index + 1) * step]):
                 raise InvalidDataError(f"{key} existed before this learner wrote it")
-        return token, count
+        return token, count, State(stored, state.counts)
 
     def delete_data(self, token: str, count: int) -> None:
         self.traffic = self.traffic.plus(requests=count)
