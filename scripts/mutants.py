@@ -1422,8 +1422,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/learner.py",
         (
             (
-                "shared.to(current.device) + (current - self._snapshot.to(current.device))\n",
-                "shared.to(current.device)\n",
+                "shared.to(values.device) + (values - snapshot.to(values.device)),\n",
+                "shared.to(values.device),\n",
             ),
         ),
         ("tests/torch/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
@@ -1571,7 +1571,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-memory-in-several-processes",
-        "_exchange/learner.py",
+        "_exchange/options.py",
         (("    if where is not None:\n", "    if False:\n"),),
         (
             "tests/torch/test_exchange_processes.py::test_memory_in_a_torch_distributed_job_of_several_processes_is_refused",
@@ -1677,6 +1677,67 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "the writer keeps the unrounded values it wrote in bf16: each version rounds them "
         "anew, and weights nobody trains drift",
+    ),
+    # -- the exchange and a failing store (issue 49) --
+    Mutant(
+        "exchange-not-patient",
+        "_exchange/options.py",
+        (
+            (
+                '        Patient(mailbox, patience, closing, f"exchange learner {learner!r}"),',
+                "        mailbox,",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_outages.py::test_an_outage_is_ridden_out_steps_never_wait_and_the_progress_lands_once",
+            "tests/torch/test_exchange_outages.py::test_a_join_during_an_outage_waits_for_the_store",
+            "tests/torch/test_exchange_outages.py::test_eight_threads_under_random_faults_apply_every_delta_exactly_once",
+        ),
+        "the exchange gives up after the mailbox's own retries (about a second): a short "
+        "outage kills every learner",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-outage-outlives-the-exit",
+        "_exchange/handoff.py",
+        (("        self.closing.set()\n", ""),),
+        (
+            "tests/torch/test_exchange_outages.py::test_leaving_through_an_exception_during_an_outage_does_not_wait_it_out",
+        ),
+        "a learner leaving through an exception waits out the whole outage first",
+    ),
+    Mutant(
+        "exchange-unknown-create-fatal",
+        "_exchange/store.py",
+        (
+            (
+                "            except OutcomeUnknownError:\n"
+                "                if self.tally is not None:",
+                "            except OutcomeUnknownError:\n                raise\n"
+                "                if self.tally is not None:",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_outages.py::test_a_layout_create_whose_outcome_is_unknown_is_settled_by_reading_it_back",
+            "tests/torch/test_exchange_outages.py::test_fragment_creates_whose_outcome_is_unknown_are_settled_and_applied_once",
+        ),
+        "a create of the layout or a fragment whose response is lost kills the learner",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-failed-delete-fatal",
+        "_exchange/store.py",
+        (
+            (
+                "                log.info("
+                '"could not delete %s (%s); left for the sweep", key, exc)',
+                "                raise",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_outages.py::test_a_failed_delete_after_a_landed_swap_is_logged_and_never_fatal",
+        ),
+        "a delete the store refuses after a landed swap kills the learner",
     ),
     # -- the mechanisms this round fixed: each mutant is the bug a test was written for --
     Mutant(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +121,25 @@ def exchange_outcome(box: Mailbox, out: str) -> None:
         Path(out).write_text("accepted")
     except Exception as exc:  # noqa: BLE001 - reported to the test
         Path(out).write_text(f"{type(exc).__name__}: {exc}")
+
+
+def totals_of_threads(learner: Callable[[int], int], count: int) -> dict[int, int]:
+    """Run ``learner(i)`` in ``count`` threads at once; return each one's total delta, and
+    fail on the first error any of them raised."""
+    totals: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            totals[i] = learner(i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert len(totals) == count, "every learner finished"
+    return totals

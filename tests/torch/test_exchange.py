@@ -45,6 +45,7 @@ from tests.support.exchange_workers import (  # noqa: E402
     integer_steps,
     progress,
     shared_now,
+    totals_of_threads,
 )
 from tests.support.fault_profiles import PROFILES  # noqa: E402
 from tests.support.faultproxy import FaultProxy, Request  # noqa: E402
@@ -99,22 +100,11 @@ def test_sixteen_threads_apply_every_delta_exactly_once(
 ) -> None:
     rig: Rig = request.getfixturevalue(rig_name)
     box = rig.fresh()
-    totals: dict[int, int] = {}
-    errors: list[BaseException] = []
 
-    def run(i: int) -> None:
-        try:
-            totals[i] = exact_steps(rig.open(box.url), f"t{i}", steps=12, size=i + 1, every=3)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+    def learner(i: int) -> int:
+        return exact_steps(rig.open(box.url), f"t{i}", steps=12, size=i + 1, every=3)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    assert not errors, errors
-    assert len(totals) == 16
+    totals = totals_of_threads(learner, 16)
     assert torch.equal(shared_now(box), initial() + sum(totals.values()))
 
 

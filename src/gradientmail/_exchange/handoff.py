@@ -24,8 +24,10 @@ class Handoff:
     """One learner's exchange thread and its mailbox slots; every method but :meth:`close`
     is called with :attr:`lock` held (``with handoff.lock:``)."""
 
-    def __init__(self, applier: Applier) -> None:
+    def __init__(self, applier: Applier, closing: threading.Event) -> None:
         self.applier = applier
+        #: Set on closing: a request riding out an outage then gives up at once.
+        self.closing = closing
         self.tally: Tally = applier.tally
         self.lock = self.tally.lock
         self._job: tuple[State | None, bool] | None = None  # (snapshot, leaving)
@@ -57,6 +59,7 @@ class Handoff:
 
     def close(self) -> None:
         """Stop the thread once its current job is done, and wait for it (lock not held)."""
+        self.closing.set()
         with self.lock:
             self._stop = True
             self.lock.notify_all()

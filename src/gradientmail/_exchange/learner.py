@@ -6,6 +6,7 @@ Also :func:`load_shared`, the reader of a shared model for evaluation or export.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import warnings
 
@@ -30,6 +31,7 @@ from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, State, che
 from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail.backends._options import positive
 from gradientmail.mailbox import Mailbox
+from gradientmail.patterns._patience import DEFAULT_PATIENCE_S
 from gradientmail.patterns._workers import CarriedError
 
 __all__ = ["Exchange", "load_shared"]
@@ -87,6 +89,9 @@ class Exchange:
         name, keep: the shared model's name (several may share a mailbox); versions kept.
         active_window: seconds after its last exchange a learner stops counting as active
             (600 by default; ``lease=`` is its former name, deprecated).
+        patience: seconds each request to the store rides out an outage, from its first
+            failure (as a shared queue does for its lease); meanwhile steps go on without
+            exchanging, and past it the next step raises the store's error.
         buffers: share the persistent buffers too: floating ones (``running_mean``) under
             the outer rule as the parameters, integer ones (``num_batches_tracked``) as
             their largest value. ``False`` keeps every buffer local.
@@ -121,11 +126,13 @@ class Exchange:
         active_window: float | None = None,
         keep: int = 3,
         buffers: bool = True,
+        patience: float = DEFAULT_PATIENCE_S,
         lease: float | None = None,
     ) -> None:
         self.model = model
         self.every = positive(every, "every", integer=True)
         self._tensors = ModelTensors(checked_model(model), buffers=buffers)
+        closing = threading.Event()
         applier = build_applier(
             self._tensors,
             mailbox,
@@ -138,10 +145,11 @@ class Exchange:
                 active_window_seconds(active_window, lease),
                 buffers,
             ),
-            Storage(Keys(name), fragment_bytes, keep),
+            Storage(Keys(name), fragment_bytes, keep, patience),
+            closing,
         )
         # Owned by the exchange thread once started (the training thread joins before it):
-        self._handoff = Handoff(applier)
+        self._handoff = Handoff(applier, closing)
         self._snapshot: State | None = None  # the model handed over, until adopted
         self._since = 0
         self._optimizer = stepping(optimizer, model)

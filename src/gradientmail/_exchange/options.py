@@ -8,6 +8,7 @@ in its layout (``shared``, a mapping of name to value, so that a new setting is 
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from gradientmail._torch_world import separate_process
 from gradientmail.backends._base import new_write_id
 from gradientmail.backends._options import lease_seconds, positive, redact
 from gradientmail.mailbox import Capability, Mailbox
+from gradientmail.patterns._patience import Patient
 
 __all__ = ["Settings", "Storage", "active_window_seconds", "build_applier", "stepping"]
 
@@ -77,11 +79,13 @@ class Settings:
 
 @dataclass(frozen=True)
 class Storage:
-    """Where the shared model lives, and how this learner writes it."""
+    """Where the shared model lives, how this learner writes it, and how long its requests
+    ride out an outage (``patience`` seconds from a request's first failure)."""
 
     keys: Keys
     fragment_bytes: int
     keep: int
+    patience: float
 
 
 def checked_model(model: object) -> torch.nn.Module:
@@ -99,8 +103,12 @@ def build_applier(
     learner_id: str,
     settings: Settings,
     storage: Storage,
+    closing: threading.Event,
 ) -> Applier:
     """The applier of one learner, with its store, its ledger entry and its layout record.
+
+    Its requests ride out an outage of up to ``storage.patience`` seconds (the shared
+    policy of :class:`~gradientmail.patterns._patience.Patient`), unless ``closing`` is set.
 
     Raises:
         NotSupportedError: the mailbox has no compare-and-swap.
@@ -115,13 +123,17 @@ def build_applier(
     _require_shared(mailbox)
     learner = validate_segment(learner_id, "learner id")
     rule = settings.rule
+    patience = float(positive(storage.patience, "patience"))
+    tally = Tally()
     store = SharedStore(
-        mailbox,
+        Patient(mailbox, patience, closing, f"exchange learner {learner!r}"),
         storage.keys,
         check_wire(settings.wire),
         positive(storage.fragment_bytes, "fragment_bytes", integer=True),
         positive(storage.keep, "keep", integer=True),
         tensors.count_numel,
+        cleanup=mailbox,
+        tally=tally,
     )
     layout = {
         **tensors.describe(),
@@ -130,7 +142,7 @@ def build_applier(
         "shared": settings.recorded(),
     }
     return Applier(
-        Membership(store, learner, new_write_id(), Tally()),
+        Membership(store, learner, new_write_id(), tally),
         OuterStep(rule, settings.staleness, settings.max_staleness),
         active_window=settings.active_window,
         layout=layout,

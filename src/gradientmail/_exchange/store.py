@@ -13,22 +13,36 @@ fragments:
 
 So storage holds at most ``keep`` versions, plus one version in flight per learner writing,
 plus what killed writers left since the last 16th version.
+
+Every request but the deletes goes through ``mailbox``, which an Exchange makes patient (it
+rides out an outage, see :mod:`gradientmail.patterns._patience`). Deletes go through
+``cleanup``, the mailbox itself: a delete that fails is logged and left to the next sweep,
+never waited for and never fatal. A create whose outcome is unknown (the layout, a
+fragment) is settled by reading the key back.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from gradientmail._errors import InvalidDataError, KeyNotFoundError
+from gradientmail._errors import (
+    GradientMailError,
+    InvalidDataError,
+    KeyNotFoundError,
+    OutcomeUnknownError,
+)
 from gradientmail._exchange.layout import Head, Keys, check_layout, new_data_token, token_version
-from gradientmail._exchange.stats import ExchangeTraffic
+from gradientmail._exchange.stats import ExchangeTraffic, Tally
 from gradientmail._exchange.tensors import State, from_wire, to_wire
 from gradientmail.mailbox import Mailbox, Version
 from gradientmail.patterns._claims import decode_record, encode_record
+
+log = logging.getLogger("gradientmail.exchange")
 
 SWEEP_EVERY = 16
 
@@ -48,6 +62,10 @@ class SharedStore:
     keep: int
     #: Elements of a version's int64 counts (its integer buffers), stored after its values.
     counts: int = 0
+    #: Where deletes go (``mailbox`` itself when ``None``): best effort, never waited for.
+    cleanup: Mailbox | None = None
+    #: Where unknown outcomes are counted, for ``Exchange.stats`` (a learner's store only).
+    tally: Tally | None = None
     #: Requests and bytes so far, for ``Exchange.stats``.
     traffic: ExchangeTraffic = field(default_factory=ExchangeTraffic)
 
@@ -61,11 +79,27 @@ class SharedStore:
             ConfigurationError: the shared model has another model or other shared settings,
                 naming the first difference.
         """
-        if self.mailbox.put_if_absent(self.keys.layout, encode_record(layout)):
+        data = encode_record(layout)
+        if self.create(self.keys.layout, data):
             return layout
         stored = decode_record(self.mailbox.get(self.keys.layout)) or {}
         check_layout(stored, layout, f"the shared model {self.keys.name!r} in {self.mailbox.url}")
         return stored
+
+    def create(self, key: str, data: bytes) -> bool:
+        """``put_if_absent``, with an unknown outcome settled by reading ``key`` back: ``True``
+        when these bytes are there (a create of ours that landed), ``False`` when others are,
+        and a new try when the key is absent (the create did not land)."""
+        while True:
+            try:
+                return self.mailbox.put_if_absent(key, data)
+            except OutcomeUnknownError:
+                if self.tally is not None:
+                    self.tally.unknown_outcome()
+            try:
+                return self.mailbox.get(key) == data
+            except KeyNotFoundError:
+                continue
 
     # -- the head ---------------------------------------------------------------------------
 
@@ -140,14 +174,21 @@ class SharedStore:
             # A create, not a put: the token is new, and on file:// a create takes no lock,
             # so a learner stopped mid-write holds up no one else's writes.
             key = self.keys.fragment(token, index)
-            if not self.mailbox.put_if_absent(key, data[index * step : (index + 1) * step]):
+            if not self.create(key, data[index * step : (index + 1) * step]):
                 raise InvalidDataError(f"{key} existed before this learner wrote it")
         return token, count, State(stored, state.counts)
 
     def delete_data(self, token: str, count: int) -> None:
+        """Delete a version's fragments, as far as the store lets: what is left, the next
+        sweep deletes."""
         self.traffic = self.traffic.plus(requests=count)
+        cleanup = self.cleanup or self.mailbox
         for index in range(count):
-            self.mailbox.delete(self.keys.fragment(token, index))
+            key = self.keys.fragment(token, index)
+            try:
+                cleanup.delete(key)
+            except GradientMailError as exc:
+                log.info("could not delete %s (%s); left for the sweep", key, exc)
 
     def collect(self, head: Head, dropped: list[list[Any]]) -> None:
         """Delete the versions that left the history; every 16th version, sweep orphans."""
@@ -164,13 +205,17 @@ class SharedStore:
         a swap that creates version ``v`` names a token written for ``v``.
         """
         kept = {str(entry[1]) for entry in head.history}
+        cleanup = self.cleanup or self.mailbox
         gone = 0
-        for key in self.mailbox.list(self.keys.data):
-            token = key[len(self.keys.data) :].split("/", 1)[0]
-            version = token_version(token)
-            if version is not None and version <= head.version and token not in kept:
-                self.mailbox.delete(key)
-                gone += 1
+        try:
+            for key in cleanup.list(self.keys.data):
+                token = key[len(self.keys.data) :].split("/", 1)[0]
+                version = token_version(token)
+                if version is not None and version <= head.version and token not in kept:
+                    cleanup.delete(key)
+                    gone += 1
+        except GradientMailError as exc:
+            log.info("the sweep of %s stopped (%s); the next one goes on", self.keys.data, exc)
         return gone
 
     def next_history(
