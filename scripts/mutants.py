@@ -1431,7 +1431,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-stale-cache",
-        "_exchange/applier.py",
+        "_exchange/reader.py",
         (
             (
                 "        if self._cached is not None and self._cached[0] == head.token:",
@@ -1668,8 +1668,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/store.py",
         (
             (
-                "        return token, count, State(stored, state.counts)",
-                "        return token, count, state",
+                "        return Written(token, count, min(step, len(data)), "
+                "State(stored, state.counts))",
+                "        return Written(token, count, min(step, len(data)), state)",
             ),
         ),
         (
@@ -1738,6 +1739,161 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/torch/test_exchange_outages.py::test_a_failed_delete_after_a_landed_swap_is_logged_and_never_fatal",
         ),
         "a delete the store refuses after a landed swap kills the learner",
+    ),
+    # -- damaged or foreign records under a shared model (issue 49) --
+    Mutant(
+        "exchange-unreadable-read-for-ever",
+        "_exchange/reader.py",
+        (
+            (
+                "        if now - since >= UNREADABLE_AFTER_S or stopping:\n",
+                "        if stopping:\n",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_missing_fragment_is_named_by_every_reader_and_a_joiner_never_swaps_over_it",
+            "tests/torch/test_exchange_damage.py::test_a_head_naming_an_absent_token_is_named",
+            "tests/torch/test_exchange_damage.py::test_a_running_learner_meeting_an_unreadable_version_raises_at_a_step",
+            "tests/torch/test_exchange_reader.py::test_an_unreadable_version_is_read_again_at_once_then_paused_doubling_up_to_the_bound",
+        ),
+        "a head naming a version that cannot be read makes every reader spin for ever",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-unreadable-outlives-the-exit",
+        "_exchange/reader.py",
+        (
+            (
+                "        stopping = self._stop is not None and self._stop.is_set()",
+                "        stopping = False",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_leaving_through_an_exception_ends_the_wait_on_an_unreadable_version",
+        ),
+        "a learner leaving through an exception waits out the unreadable version's bound",
+    ),
+    Mutant(
+        "exchange-fragment-length-unchecked",
+        "_exchange/store.py",
+        (
+            (
+                "            if total:\n                self._check_length(",
+                "            if False:\n                self._check_length(",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_fragment_of_the_wrong_length_is_refused_naming_it_and_both_lengths",
+        ),
+        "a fragment 4 bytes longer shifts every value silently; a shorter one raises an "
+        "untyped error naming no key",
+    ),
+    Mutant(
+        "exchange-fragment-count-unchecked",
+        "_exchange/store.py",
+        (("            if head.fragments != expected:\n", "            if False:\n"),),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_head_naming_more_fragments_than_the_layout_makes_is_refused_at_once",
+        ),
+        "a head naming more fragments than the layout makes is read until the bound, and "
+        "blamed on a missing fragment",
+    ),
+    Mutant(
+        "exchange-deleted-head-starts-over",
+        "_exchange/membership.py",
+        (("                if store.stored_versions() > 0:\n", "                if False:\n"),),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_deleted_head_with_versions_still_stored_is_refused_not_started_over",
+        ),
+        "a deleted head makes the next joiner start a new model from its own weights, "
+        "dropping the training stored",
+    ),
+    Mutant(
+        "exchange-deleted-layout-rewritten",
+        "_exchange/store.py",
+        (
+            (
+                "before the head\n            if stored is None:\n",
+                "before the head\n            if False:\n",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_deleted_layout_is_refused_and_never_rewritten_by_another_shape",
+        ),
+        "a deleted layout lets a joiner of another shape write its own over a running model",
+    ),
+    Mutant(
+        "exchange-head-may-go-back",
+        "_exchange/watch.py",
+        (("        if head.version < self._highest:\n", "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_head_restored_from_an_older_copy_is_refused_by_a_learner_that_saw_newer",
+            "tests/torch/test_exchange_reader.py::test_a_head_older_than_one_read_before_is_refused",
+        ),
+        "a head restored from an older copy is accepted: the training since is dropped",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-head-version-unchecked",
+        "_exchange/layout.py",
+        (("        if token_version(head.token) != head.version:\n", "        if False:\n"),),
+        ("tests/torch/test_exchange_damage.py::test_a_head_whose_version_was_set_back_is_refused",),
+        "a head whose version number was set back is accepted",
+    ),
+    Mutant(
+        "exchange-emptied-ledger-taken-for-a-restart",
+        "_exchange/applier.py",
+        (
+            (
+                "            if entry is None:\n                raise InvalidDataError(",
+                "            if False:\n                raise InvalidDataError(",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_an_emptied_ledger_is_refused_as_damage_not_taken_for_a_newer_process",
+        ),
+        "an emptied ledger is reported as a newer process having replaced this one",
+    ),
+    Mutant(
+        "exchange-clock-skew-unwarned",
+        "_exchange/watch.py",
+        (("        if off > allowed:\n", "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_writer_whose_clock_is_far_ahead_is_warned_about_once",
+            "tests/torch/test_exchange_reader.py::test_a_writer_clock_off_by_more_than_a_quarter_window_is_warned_about",
+        ),
+        "a learner whose clock is far off changes the outer step without a word",
+        killers=2,
+    ),
+    Mutant(
+        "status-json-counts-no-exchanges",
+        "_exchange/report.py",
+        (
+            (
+                '            "exchanges": sum(entry.seq for entry in head.learners.values()),',
+                '            "exchanges": 0,',
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::test_status_json_has_the_shared_model_section_even_without_a_queue_run",
+            "tests/torch/test_exchange.py::test_status_json_of_a_queue_run_beside_a_shared_model_has_both",
+        ),
+        "status --json reports no exchanges for a shared model that trained",
+        killers=2,
+    ),
+    Mutant(
+        "status-json-prints-a-table-for-shared-models-alone",
+        "_cli/status.py",
+        (
+            (
+                "                if args.json:  # a mailbox that holds shared models alone",
+                "                if False:",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::test_status_json_has_the_shared_model_section_even_without_a_queue_run",
+        ),
+        "status --json on a mailbox holding only a shared model prints the table, exit 0",
     ),
     # -- the mechanisms this round fixed: each mutant is the bug a test was written for --
     Mutant(

@@ -509,23 +509,62 @@ def test_outer_rules_converge_with_stale_deltas_at_a_speed_ratio_of_eight(rule: 
 # -- status ---------------------------------------------------------------------------------------
 
 
-def test_status_shows_the_shared_model_version_and_each_learners_exchanges(
-    rig_file: Rig, capsys: pytest.CaptureFixture[str]
-) -> None:
+def status_of_two_learners(
+    rig: Rig, capsys: pytest.CaptureFixture[str], *options: str
+) -> tuple[int, str]:
+    """``gradientmail status`` of a fresh mailbox where learner ``a`` made 3 exchanges and
+    then ``b`` 2: the shared model's version, and what status printed (exit status 0)."""
     from gradientmail._cli import main
 
-    box = rig_file.fresh()
+    box = rig.fresh()
     exact_steps(box, "a", steps=6, size=1, every=2, lockstep=True)
     exact_steps(box, "b", steps=4, size=1, every=2, lockstep=True)
     version = load_shared(integer_model(), box)
-    assert main(["status", box.url]) == 0  # a shared model alone is a run to report
-    out = capsys.readouterr().out
+    assert main(["status", box.url, *options]) == 0
+    return version, capsys.readouterr().out
+
+
+def test_status_shows_the_shared_model_version_and_each_learners_exchanges(
+    rig_file: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    version, out = status_of_two_learners(rig_file, capsys)  # a shared model alone: reported
     assert f"shared model 'model': version {version}, 2 learners" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
     assert rows["a"][1] == "3"  # three exchanges applied: 6 steps, every 2
     assert rows["b"][1] == "2"
     assert rows["b"][2] == "0", "b ran alone: nobody applied between its anchor and exchange"
     assert out.count(", left") == 2
+
+
+def test_status_json_has_the_shared_model_section_even_without_a_queue_run(
+    rig_file: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    version, out = status_of_two_learners(rig_file, capsys, "--json")
+    report = json.loads(out)
+    model = report["shared_models"]["model"]
+    assert model["version"] == version
+    assert model["exchanges"] == 5
+    rows = {row["learner"]: row for row in model["learners"]}
+    assert (rows["a"]["exchanges"], rows["b"]["exchanges"]) == (3, 2)
+    assert rows["b"]["staleness"] == 0
+    assert rows["a"]["left"]
+    assert rows["a"]["last_exchange_at"] > 0
+
+
+def test_status_json_of_a_queue_run_beside_a_shared_model_has_both(
+    rig_file: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gradientmail._cli import main
+    from gradientmail.patterns.shared_queue import shared_queue
+
+    box = rig_file.fresh()
+    with shared_queue({"u0": 0}, mailbox=box, learner_id="q", load=lambda n: [n]) as items:
+        assert list(items) == [0]
+    exact_steps(box, "a", steps=2, size=1, every=2, lockstep=True)
+    assert main(["status", box.url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["units"]["done"] == 1
+    assert report["shared_models"]["model"]["exchanges"] == 1
 
 
 class CollectsBeforeTheFirstFragmentRead(Delegating):

@@ -10,19 +10,18 @@ learner's entry through :class:`~gradientmail._exchange.membership.Membership`.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
 
-from gradientmail._errors import ConfigurationError, LeaseLostError, OutcomeUnknownError
-from gradientmail._exchange.layout import Head
+from gradientmail._errors import InvalidDataError, LeaseLostError, OutcomeUnknownError
+from gradientmail._exchange.layout import Head, start_over
 from gradientmail._exchange.membership import Membership
+from gradientmail._exchange.reader import VersionReader
 from gradientmail._exchange.rules import OuterStep
 from gradientmail._exchange.stats import Tally
-from gradientmail._exchange.store import Superseded
 from gradientmail._exchange.tensors import State
 
 __all__ = ["Applier", "Outcome"]
@@ -45,6 +44,7 @@ class Applier:
 
     Args:
         membership: this learner's entry in the shared model, and the model's store.
+        reader: how the current version is read (its state cached).
         outer: the rule and its staleness damping.
         active_window: seconds after its last exchange a learner stops counting as active.
         layout: the model's layout record (its parameter count among it), created or
@@ -54,12 +54,14 @@ class Applier:
     def __init__(
         self,
         membership: Membership,
+        reader: VersionReader,
         outer: OuterStep,
         *,
         active_window: float,
         layout: dict[str, Any],
     ) -> None:
         self.membership = membership
+        self.reader = reader
         self.store = membership.store
         #: The counters of ``Exchange.stats`` (conflicts here).
         self.tally: Tally = membership.tally
@@ -71,7 +73,6 @@ class Applier:
         #: The version last adopted (its values without the rule's own state).
         self.anchor = State(torch.empty(0), torch.empty(0, dtype=torch.int64))
         self.anchor_version = -1
-        self._cached: tuple[str, State] | None = None
 
     @property
     def learner_id(self) -> str:
@@ -89,7 +90,7 @@ class Applier:
             values, counts = initial()
             return State(torch.cat([values, torch.zeros(extra)]), counts)
 
-        head, state = self.membership.join(first)
+        head, state = self.membership.join(first, self.reader)
         self.seq = head.learners[self.learner_id].seq
         self._anchor_at(head, state)
         return state, head.version, stored
@@ -112,24 +113,25 @@ class Applier:
         store = self.store
         pending = self.seq + 1
         while True:
-            got = store.read_head()
+            got = self.reader.current()
             if got is None:
-                raise ConfigurationError(
-                    f"the head of {store.keys.base} was deleted during the run"
-                )
-            head, expected = got
+                raise store.missing()
+            head, expected, current = got
+            assert expected is not None  # a versioned read
             entry = head.learners.get(self.learner_id)
-            if entry is None or not self.membership.registered(head):
+            if entry is None:
+                raise InvalidDataError(
+                    f"the ledger in {store.keys.head} no longer has an entry for learner "
+                    f"{self.learner_id!r}, which joined: the head was rewritten by another "
+                    f"program. {start_over(store.keys.head)}"
+                )
+            if not self.membership.registered(head):
                 raise LeaseLostError(
                     f"learner {self.learner_id} was replaced in shared model "
                     f"{store.keys.name!r} by a newer process with the same learner id; this "
                     "one applies nothing more",
                     learner=self.learner_id,
                 )
-            try:
-                current = self._state_of(head)
-            except Superseded:
-                continue
             if entry.seq >= pending:  # an earlier attempt landed; its response was lost
                 return self._done(head, current, entry.staleness, applied=True)
             tau = head.version - self.anchor_version
@@ -143,7 +145,7 @@ class Applier:
                     self.outer.max_staleness,
                 )
                 return self._done(head, current, tau, applied=False)
-            now = time.time()
+            now = store.clock()
             active = len(set(head.active_learners(now, self.active_window)) | {self.learner_id})
             rule = self.outer.rule
             values = current.values
@@ -155,7 +157,9 @@ class Applier:
             if self._overtaken(head):
                 continue  # another learner swapped meanwhile: its version first, writing nothing
             version = head.version + 1
-            token, count, state = store.write_state(version, State(torch.cat(new_parts), counts))
+            token, count, size, state = store.write_state(
+                version, State(torch.cat(new_parts), counts)
+            )
             head.learners[self.learner_id] = replace(
                 entry,
                 seq=pending,
@@ -166,7 +170,10 @@ class Applier:
                 dropped=entry.dropped + int(dropped),
             )
             history, gone = store.next_history(head, version, token, count)
-            new = Head(version, token, count, history, head.learners, rule_state)
+            new = self.membership.stamped(
+                Head(version, token, count, history, head.learners, rule_state),
+                fragment_size=size,
+            )
             try:
                 swapped = store.swap_head(new, expected) is not None
             except OutcomeUnknownError:
@@ -188,15 +195,8 @@ class Applier:
         self.tally.conflict()
         return True
 
-    def _state_of(self, head: Head) -> State:
-        if self._cached is not None and self._cached[0] == head.token:
-            return self._cached[1]
-        state = self.store.read_state(head)
-        self._cached = (head.token, state)
-        return state
-
     def _anchor_at(self, head: Head, state: State) -> None:
-        self._cached = (head.token, state)
+        self.reader.remember(head, state)
         self.anchor = State(state.values[: self.numel].clone(), state.counts.clone())
         self.anchor_version = head.version
 

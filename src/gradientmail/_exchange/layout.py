@@ -28,7 +28,6 @@ through it.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +63,16 @@ class Keys:
 
     def fragment(self, token: str, index: int) -> str:
         return f"{self.data}{token}/{index:05d}"
+
+
+def start_over(key: str) -> str:
+    """How to start over after the records of the shared model that owns ``key`` were
+    damaged: the sentence the errors that refuse them end with."""
+    base = "/".join(key.split("/")[:2]) + "/"
+    return (
+        "To start over, give the shared model another name=, or delete everything under "
+        f"{base} (the training it held is lost)"
+    )
 
 
 def new_data_token(version: int) -> str:
@@ -203,6 +212,10 @@ class Head:
 
     ``history`` lists ``[version, token, fragments]`` for the versions kept, oldest first,
     the current one last. ``rule_state`` is the outer rule's small state (a counter).
+    ``fragment_size`` is the bytes of each of the version's fragments but the last (0 in a
+    head written before it was recorded). ``written_at`` and ``written_by`` say who swapped
+    it in and when, by that learner's clock. Fields are encoded by name: a field added
+    later decodes to its default from an older head.
     """
 
     version: int
@@ -211,6 +224,9 @@ class Head:
     history: list[list[Any]]
     learners: dict[str, LearnerEntry] = field(default_factory=dict)
     rule_state: dict[str, Any] = field(default_factory=dict)
+    fragment_size: int = 0
+    written_at: float = 0.0
+    written_by: str = ""
 
     def encode(self) -> bytes:
         return encode_record(
@@ -218,21 +234,28 @@ class Head:
                 "version": self.version,
                 "token": self.token,
                 "fragments": self.fragments,
+                "fragment_size": self.fragment_size,
                 "history": self.history,
                 "learners": {k: v.to_record() for k, v in sorted(self.learners.items())},
                 "rule_state": self.rule_state,
-                "written_at": round(time.time(), 3),
+                "written_at": round(self.written_at, 3),
+                "written_by": self.written_by,
             }
         )
 
     @classmethod
     def decode(cls, data: bytes, key: str) -> Head:
-        """Parse a head record; raise ``InvalidDataError`` naming ``key`` if it is not one."""
+        """Parse a head record.
+
+        Raises:
+            InvalidDataError: naming ``key``, when it is not a head record, or when its
+                version is not the one its data was written for (it was edited or set back).
+        """
         record = decode_record(data)
         try:
             if record is None:
                 raise ValueError("not a JSON object")
-            return cls(
+            head = cls(
                 version=int(record["version"]),
                 token=str(record["token"]),
                 fragments=int(record["fragments"]),
@@ -241,6 +264,9 @@ class Head:
                     str(k): LearnerEntry.from_record(v) for k, v in record["learners"].items()
                 },
                 rule_state=dict(record.get("rule_state") or {}),
+                fragment_size=int(record.get("fragment_size", 0)),
+                written_at=float(record.get("written_at", 0.0)),
+                written_by=str(record.get("written_by", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidDataError(
@@ -248,6 +274,13 @@ class Head:
                 "program wrote under exchange/. Use another name= for the shared model, or "
                 "another mailbox prefix"
             ) from exc
+        if token_version(head.token) != head.version:
+            raise InvalidDataError(
+                f"{key} names version {head.version}, but its data {head.token} was written "
+                f"for version {token_version(head.token)}: the head was edited or set back. "
+                f"{start_over(key)}"
+            )
+        return head
 
     def active_learners(self, now: float, window: float) -> list[str]:
         """Learners that applied within ``window`` seconds of ``now`` and have not left."""

@@ -13,7 +13,7 @@ import warnings
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from gradientmail._errors import ConfigurationError, LeaseLostError
+from gradientmail._errors import ConfigurationError, InvalidDataError, LeaseLostError
 from gradientmail._exchange.handoff import Handoff
 from gradientmail._exchange.layout import Keys, check_model, frozen_difference, shared_settings
 from gradientmail._exchange.options import (
@@ -24,10 +24,12 @@ from gradientmail._exchange.options import (
     checked_model,
     stepping,
 )
+from gradientmail._exchange.reader import VersionReader
 from gradientmail._exchange.rules import OuterRule, resolve
 from gradientmail._exchange.stats import ExchangeStats
-from gradientmail._exchange.store import SharedStore, Superseded
+from gradientmail._exchange.store import SharedStore
 from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, State, check_wire
+from gradientmail._exchange.watch import HeadWatch
 from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail.backends._options import positive
 from gradientmail.mailbox import Mailbox
@@ -304,6 +306,8 @@ class Exchange:
             return
         if isinstance(error, LeaseLostError):
             raise LeaseLostError(str(error), learner=self.learner_id) from error
+        if isinstance(error, InvalidDataError):  # a damaged record: by its own type too
+            raise InvalidDataError(f"the exchange of learner {self.learner_id}: {error}") from error
         CarriedError.of(error).reraise(f"the exchange of learner {self.learner_id}")
 
 
@@ -315,6 +319,9 @@ def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model"
     Raises:
         ConfigurationError: no shared model of that name is in the mailbox, or ``model``
             does not match it (the first difference is named).
+        InvalidDataError: the shared model's records are damaged (a version that cannot be
+            read, within a bounded time; a fragment of another length; a deleted head),
+            naming the keys.
     """
     keys = Keys(name)
     layout = SharedStore(mailbox, keys, WIRE_DTYPES["float32"], 1, 1).read_layout()
@@ -327,14 +334,14 @@ def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model"
     tensors = ModelTensors(model, buffers=bool(settings.get("buffers", False)))
     check_model(layout, tensors.describe(), f"shared model {name!r}")
     wire = check_wire(str(settings.get("wire")))
-    store = SharedStore(mailbox, keys, wire, 1, 1, tensors.count_numel)
-    while True:
-        head = store.read_head_plain()
-        if head is None:
-            raise ConfigurationError(f"shared model {name!r} in {mailbox.url} has no version yet")
-        try:
-            state = store.read_state(head)
-        except Superseded:
-            continue
-        tensors.assign(state)
-        return head.version
+    parts = int(settings.get("parts", 1))
+    elements = (tensors.numel * parts, tensors.count_numel)
+    store = SharedStore(mailbox, keys, wire, 1, 1, elements, watch=HeadWatch(keys.head))
+    got = VersionReader(store, versioned=False).current()
+    if got is None:
+        if store.stored_versions() > 0:
+            raise store.missing()
+        raise ConfigurationError(f"shared model {name!r} in {mailbox.url} has no version yet")
+    head, _version, state = got
+    tensors.assign(state)
+    return head.version

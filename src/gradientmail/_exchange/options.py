@@ -19,10 +19,12 @@ from gradientmail._errors import ConfigurationError, NotSupportedError
 from gradientmail._exchange.applier import Applier
 from gradientmail._exchange.layout import Keys
 from gradientmail._exchange.membership import Membership
+from gradientmail._exchange.reader import VersionReader
 from gradientmail._exchange.rules import OuterRule, OuterStep
 from gradientmail._exchange.stats import Tally
 from gradientmail._exchange.store import SharedStore
 from gradientmail._exchange.tensors import ModelTensors, check_wire
+from gradientmail._exchange.watch import HeadWatch
 from gradientmail._keys import validate_segment
 from gradientmail._torch_world import separate_process
 from gradientmail.backends._base import new_write_id
@@ -131,9 +133,10 @@ def build_applier(
         check_wire(settings.wire),
         positive(storage.fragment_bytes, "fragment_bytes", integer=True),
         positive(storage.keep, "keep", integer=True),
-        tensors.count_numel,
+        (tensors.numel * rule.parts, tensors.count_numel),
         cleanup=mailbox,
         tally=tally,
+        watch=HeadWatch(storage.keys.head, learner, settings.active_window),
     )
     layout = {
         **tensors.describe(),
@@ -143,6 +146,7 @@ def build_applier(
     }
     return Applier(
         Membership(store, learner, new_write_id(), tally),
+        VersionReader(store, stop=closing),
         OuterStep(rule, settings.staleness, settings.max_staleness),
         active_window=settings.active_window,
         layout=layout,

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -36,9 +38,17 @@ from gradientmail._errors import (
     KeyNotFoundError,
     OutcomeUnknownError,
 )
-from gradientmail._exchange.layout import Head, Keys, check_layout, new_data_token, token_version
+from gradientmail._exchange.layout import (
+    Head,
+    Keys,
+    check_layout,
+    new_data_token,
+    start_over,
+    token_version,
+)
 from gradientmail._exchange.stats import ExchangeTraffic, Tally
 from gradientmail._exchange.tensors import State, from_wire, to_wire
+from gradientmail._exchange.watch import HeadWatch
 from gradientmail.mailbox import Mailbox, Version
 from gradientmail.patterns._claims import decode_record, encode_record
 
@@ -48,24 +58,41 @@ SWEEP_EVERY = 16
 
 
 class Superseded(Exception):
-    """A fragment of the version being read was collected: read the head again."""
+    """A fragment of the version being read is missing: collected (the head moved on
+    meanwhile), or deleted (damage: see :class:`~gradientmail._exchange.reader.VersionReader`)."""
+
+
+class Written(NamedTuple):
+    """A version written: its token, fragments, fragment size, and state as stored (the
+    values in the wire dtype's precision)."""
+
+    token: str
+    fragments: int
+    fragment_size: int
+    state: State
 
 
 @dataclass
 class SharedStore:
-    """One shared model's versions in a mailbox. Holds no state between calls but its config."""
+    """One shared model's versions in a mailbox: its requests, and the checks of what they
+    return. Holds no state between calls but its config, ``traffic`` and ``watch``."""
 
     mailbox: Mailbox
     keys: Keys
     wire: torch.dtype
     fragment_bytes: int
     keep: int
-    #: Elements of a version's int64 counts (its integer buffers), stored after its values.
-    counts: int = 0
+    #: A version's fp32 values and int64 counts (integer buffers, stored after the values);
+    #: ``(0, 0)`` before the layout is known, when lengths are not checked.
+    elements: tuple[int, int] = (0, 0)
     #: Where deletes go (``mailbox`` itself when ``None``): best effort, never waited for.
     cleanup: Mailbox | None = None
     #: Where unknown outcomes are counted, for ``Exchange.stats`` (a learner's store only).
     tally: Tally | None = None
+    #: This learner's wall clock: the times in its ledger entry and on the heads it writes.
+    clock: Callable[[], float] = time.time
+    #: Checks every head read (never older than one read before; the writers' clocks).
+    watch: HeadWatch | None = None
     #: Requests and bytes so far, for ``Exchange.stats``.
     traffic: ExchangeTraffic = field(default_factory=ExchangeTraffic)
 
@@ -78,13 +105,28 @@ class SharedStore:
         Raises:
             ConfigurationError: the shared model has another model or other shared settings,
                 naming the first difference.
+            InvalidDataError: the layout is missing while a head exists (it was deleted).
         """
-        data = encode_record(layout)
-        if self.create(self.keys.layout, data):
-            return layout
-        stored = decode_record(self.mailbox.get(self.keys.layout)) or {}
+        stored = self.read_layout()
+        if stored is None and self.read_head() is not None:
+            stored = self.read_layout()  # the first learner writes the layout before the head
+            if stored is None:
+                raise InvalidDataError(
+                    f"{self.keys.layout} is missing while {self.keys.head} names a version: "
+                    f"the layout was deleted. {start_over(self.keys.head)}"
+                )
+        if stored is None:
+            if self.create(self.keys.layout, encode_record(layout)):
+                return layout
+            stored = decode_record(self.mailbox.get(self.keys.layout)) or {}
         check_layout(stored, layout, f"the shared model {self.keys.name!r} in {self.mailbox.url}")
         return stored
+
+    def read_layout(self) -> dict[str, Any] | None:
+        try:
+            return decode_record(self.mailbox.get(self.keys.layout)) or {}
+        except KeyNotFoundError:
+            return None
 
     def create(self, key: str, data: bytes) -> bool:
         """``put_if_absent``, with an unknown outcome settled by reading ``key`` back: ``True``
@@ -104,26 +146,30 @@ class SharedStore:
     # -- the head ---------------------------------------------------------------------------
 
     def read_head(self) -> tuple[Head, Version] | None:
+        """The head and its version (for a swap), checked by :attr:`watch`."""
         self.traffic = self.traffic.plus(requests=1)
+        began = self.clock()
         try:
             data, version = self.mailbox.get_versioned(self.keys.head)
         except KeyNotFoundError:
             return None
         self.traffic = self.traffic.plus(read=len(data))
-        return Head.decode(data, self.keys.head), version
+        return self._watched(data, began), version
 
     def read_head_plain(self) -> Head | None:
         """The head by a plain read, for readers on a store without compare-and-swap."""
+        began = self.clock()
         try:
-            return Head.decode(self.mailbox.get(self.keys.head), self.keys.head)
+            data = self.mailbox.get(self.keys.head)
         except KeyNotFoundError:
             return None
+        return self._watched(data, began)
 
-    def read_layout(self) -> dict[str, Any] | None:
-        try:
-            return decode_record(self.mailbox.get(self.keys.layout)) or {}
-        except KeyNotFoundError:
-            return None
+    def _watched(self, data: bytes, began: float) -> Head:
+        head = Head.decode(data, self.keys.head)
+        if self.watch is not None:
+            self.watch.seen(head, began, self.clock())
+        return head
 
     def swap_head(self, head: Head, expected: Version) -> Version | None:
         """Compare-and-swap the head; ``None`` when another write came first."""
@@ -136,37 +182,87 @@ class SharedStore:
         self.traffic = self.traffic.plus(requests=1, written=len(data))
         return self.mailbox.put_if_absent(self.keys.head, data)
 
+    def stored_versions(self) -> int:
+        """The highest version whose fragments are stored (one listing); -1 for none."""
+        highest = -1
+        for key in self.mailbox.list(self.keys.data):
+            version = token_version(key[len(self.keys.data) :].split("/", 1)[0])
+            highest = max(highest, -1 if version is None else version)
+        return highest
+
+    def missing(self) -> InvalidDataError:
+        """The error for a head missing while versions are stored: it was deleted."""
+        return InvalidDataError(
+            f"{self.keys.head} is missing, but {self.keys.data} holds versions of shared model "
+            f"{self.keys.name!r}: the head was deleted (a lifecycle rule, a cleanup, a partial "
+            f"restore), and a new start would drop their training. {start_over(self.keys.head)}"
+        )
+
     # -- versions ---------------------------------------------------------------------------
 
+    @property
+    def _itemsize(self) -> int:
+        return torch.empty((), dtype=self.wire).element_size()
+
     def read_state(self, head: Head) -> State:
-        """The state of ``head``'s version.
+        """The state of ``head``'s version, each fragment's length checked against the layout.
 
         Raises:
-            Superseded: a fragment was already collected (the head moved on meanwhile).
+            Superseded: a fragment is missing.
+            InvalidDataError: the head names another number of fragments than the layout
+                makes, or a fragment has another length (naming it and both lengths).
         """
-        chunks = []
+        values, counts = self.elements
+        total = values * self._itemsize + 8 * counts
+        if total and head.fragment_size:
+            expected = max(1, math.ceil(total / head.fragment_size))
+            if head.fragments != expected:
+                raise InvalidDataError(
+                    f"{self.keys.head} names {head.fragments} fragments for version "
+                    f"{head.version}, where the layout's {total} bytes in fragments of "
+                    f"{head.fragment_size} make {expected}. {start_over(self.keys.head)}"
+                )
+        chunks: list[bytes] = []
         for index in range(head.fragments):
+            key = self.keys.fragment(head.token, index)
+            self.traffic = self.traffic.plus(requests=1)
             try:
-                chunks.append(self.mailbox.get(self.keys.fragment(head.token, index)))
+                chunks.append(self.mailbox.get(key))
             except KeyNotFoundError as exc:
                 raise Superseded(head.token) from exc
-            finally:
-                self.traffic = self.traffic.plus(requests=1)
+            if total:
+                self._check_length(head, index, chunks, total)
         self.traffic = self.traffic.plus(read=sum(len(chunk) for chunk in chunks))
         data = b"".join(chunks)
-        split = len(data) - 8 * self.counts
-        counts = torch.zeros(0, dtype=torch.int64)
-        if self.counts:
-            counts = torch.frombuffer(bytearray(data[split:]), dtype=torch.int64)
-        return State(from_wire(data[:split], self.wire), counts)
+        split = len(data) - 8 * counts
+        count_values = torch.zeros(0, dtype=torch.int64)
+        if counts:
+            count_values = torch.frombuffer(bytearray(data[split:]), dtype=torch.int64)
+        return State(from_wire(data[:split], self.wire), count_values)
 
-    def write_state(self, version: int, state: State) -> tuple[str, int, State]:
-        """Write ``state`` as the fragments of a new token; return the token, the count,
-        and the state as stored (its values in the wire dtype's precision)."""
+    def _check_length(self, head: Head, index: int, chunks: list[bytes], total: int) -> None:
+        size = head.fragment_size or (len(chunks[0]) if head.fragments > 1 else total)
+        last = index == head.fragments - 1
+        expected = total - size * (head.fragments - 1) if last else size
+        if len(chunks[index]) != expected:
+            raise InvalidDataError(
+                f"{self.keys.fragment(head.token, index)} holds {len(chunks[index])} bytes "
+                f"where the layout of shared model {self.keys.name!r} makes {expected}: it was "
+                f"changed by another program. {start_over(self.keys.head)}"
+            )
+
+    def missing_fragments(self, head: Head) -> list[str]:
+        """The keys of ``head``'s fragments that are not stored (one listing)."""
+        present = set(self.mailbox.list(self.keys.fragment(head.token, 0)[:-5]))
+        wanted = [self.keys.fragment(head.token, index) for index in range(head.fragments)]
+        return [key for key in wanted if key not in present]
+
+    def write_state(self, version: int, state: State) -> Written:
+        """Write ``state`` as the fragments of a new token."""
         token = new_data_token(version)
         values, stored = to_wire(state.values, self.wire)
         data = values + state.counts.to(torch.int64).contiguous().numpy().tobytes()
-        itemsize = torch.empty((), dtype=self.wire).element_size()
+        itemsize = self._itemsize
         step = max(itemsize, self.fragment_bytes // itemsize * itemsize)
         count = max(1, math.ceil(len(data) / step))
         self.traffic = self.traffic.plus(requests=count, written=len(data))
@@ -176,7 +272,7 @@ class SharedStore:
             key = self.keys.fragment(token, index)
             if not self.create(key, data[index * step : (index + 1) * step]):
                 raise InvalidDataError(f"{key} existed before this learner wrote it")
-        return token, count, State(stored, state.counts)
+        return Written(token, count, min(step, len(data)), State(stored, state.counts))
 
     def delete_data(self, token: str, count: int) -> None:
         """Delete a version's fragments, as far as the store lets: what is left, the next
