@@ -68,8 +68,11 @@ class Exchange:
           parameters since the version last adopted (judged by comparing them, so training
           no step counted is not lost) and waits for it; leaving through an exception
           applies nothing more.
-        * A newer process with the same ``learner_id`` fences this one: its next
-          :meth:`step` raises ``LeaseLostError``.
+        * A newer process with the same ``learner_id`` fences this one: its next step
+          raises ``LeaseLostError``.
+        * A store outage shorter than ``patience`` is ridden out; a damaged record of the
+          shared model is refused at a step with ``InvalidDataError`` naming its key, a
+          version that cannot be read within 10 s.
 
     Args:
         model: the module whose parameters (and, with ``buffers``, buffers) are shared.
