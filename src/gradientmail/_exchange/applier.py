@@ -19,10 +19,12 @@ import torch
 from gradientmail._errors import InvalidDataError, LeaseLostError, OutcomeUnknownError
 from gradientmail._exchange.layout import Head, start_over
 from gradientmail._exchange.membership import Membership
+from gradientmail._exchange.pace import GroupPace, LearnerPace, Progress
 from gradientmail._exchange.reader import VersionReader
 from gradientmail._exchange.rules import OuterStep
 from gradientmail._exchange.stats import Tally
-from gradientmail._exchange.tensors import State
+from gradientmail._exchange.store import Superseded
+from gradientmail._exchange.tensors import State, difference
 
 __all__ = ["Applier", "Outcome"]
 
@@ -31,12 +33,17 @@ log = logging.getLogger("gradientmail.exchange")
 
 class Outcome(NamedTuple):
     """What an exchange produced: the shared parameters to adopt and their version; and,
-    when a delta was applied or dropped, its staleness (``None``: nothing was exchanged)."""
+    when a delta was applied or dropped, its staleness (``None``: nothing was exchanged),
+    and the other active learners' paces as the head recorded them."""
 
     shared: State
     version: int
     tau: int | None = None
     applied: bool = False
+    paces: dict[str, LearnerPace] | None = None
+    #: What adopting it adds to the model handed over (``shared - snapshot``, on the
+    #: snapshot's device), made on the exchange thread: adopting is one in-place addition.
+    correction: State | None = None
 
 
 class Applier:
@@ -100,16 +107,20 @@ class Applier:
         self.membership.mark_left()
         return Outcome(self.anchor, self.anchor_version)
 
-    def apply(self, snapshot: State, leaving: bool, blocked_s: float) -> Outcome:
+    def apply(
+        self, snapshot: State, leaving: bool, blocked_s: float, progress: Progress
+    ) -> Outcome:
         """Apply the progress from the anchor to ``snapshot`` to the current shared version.
 
         Retries lost swaps; after a lost response, the ledger says whether it landed. The
-        learner's entry records ``blocked_s``, the time its training loop was blocked.
+        delta's weight follows ``progress`` against the other active learners' paces in the
+        head (:class:`~gradientmail._exchange.rules.OuterStep`). The learner's entry records
+        ``blocked_s``, the time its training loop was blocked, and its pace.
 
         Raises:
             LeaseLostError: a newer process with this learner id replaced this one.
         """
-        delta = snapshot.values.detach().to("cpu", torch.float32) - self.anchor.values
+        delta = difference(snapshot.values.detach().to("cpu", torch.float32), self.anchor.values)
         store = self.store
         pending = self.seq + 1
         while True:
@@ -146,11 +157,15 @@ class Applier:
                 )
                 return self._done(head, current, tau, applied=False)
             now = store.clock()
-            active = len(set(head.active_learners(now, self.active_window)) | {self.learner_id})
+            others = self._paces(head, now)
+            group = GroupPace(others, self.learner_id, progress.pace)
+            active = len(others) + 1
             rule = self.outer.rule
             values = current.values
             parts = [values[i * self.numel : (i + 1) * self.numel] for i in range(rule.parts)]
-            weight = 0.0 if dropped else self.outer.weight(tau, active)
+            share = group.share(progress.samples_per_step)
+            normal = group.expected_staleness()
+            weight = 0.0 if dropped else self.outer.weight(tau, active, share, normal)
             new_parts, rule_state = rule.apply(parts, delta * weight, active, head.rule_state)
             # Integer buffers (counts of batches seen) take the largest value any learner had.
             counts = torch.maximum(current.counts, snapshot.counts)
@@ -168,6 +183,7 @@ class Applier:
                 left=leaving,
                 blocked_s=blocked_s,
                 dropped=entry.dropped + int(dropped),
+                pace=progress.pace,
             )
             history, gone = store.next_history(head, version, token, count)
             new = self.membership.stamped(
@@ -184,7 +200,38 @@ class Applier:
                 store.delete_data(token, count)
                 continue
             store.collect(new, gone)
-            return self._done(new, state, tau, applied=not dropped)
+            return self._done(new, state, tau, applied=not dropped)._replace(paces=others)
+
+    def refresh(self, than: int) -> tuple[State, int] | None:
+        """The current shared state and version if the head moved past version ``than``,
+        else ``None`` (also when that version was collected while read): for adopting a
+        newer version than an exchange produced. Reads the head, and the version's
+        fragments when it moved; changes nothing but the reader's cache.
+
+        Raises:
+            InvalidDataError: a damaged record (see :meth:`SharedStore.read_state`).
+        """
+        got = self.store.read_head()
+        if got is None or got[0].version <= than:
+            return None
+        try:
+            state = self.reader.state_of(got[0])
+        except Superseded:
+            return None
+        return State(state.values[: self.numel], state.counts), got[0].version
+
+    def adopted(self, shared: State, version: int) -> None:
+        """The learner adopts ``version`` (from :meth:`refresh`) instead: the new anchor."""
+        self.anchor = State(shared.values.clone(), shared.counts.clone())
+        self.anchor_version = version
+
+    def _paces(self, head: Head, now: float) -> dict[str, LearnerPace]:
+        """The other active learners' paces, as ``head`` records them."""
+        return {
+            name: head.learners[name].pace
+            for name in head.active_learners(now, self.active_window)
+            if name != self.learner_id
+        }
 
     def _overtaken(self, head: Head) -> bool:
         """Whether the head moved on from ``head`` while this learner computed (one small

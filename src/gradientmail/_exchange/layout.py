@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradientmail._errors import ConfigurationError, InvalidDataError
+from gradientmail._exchange.pace import LearnerPace
 from gradientmail._keys import validate_segment
 from gradientmail.backends._base import new_write_id
 from gradientmail.patterns._claims import decode_record, encode_record
@@ -181,9 +182,12 @@ class LearnerEntry:
     blocked_s: float = 0.0
     dropped: int = 0
     left: bool = False
+    #: The learner's pace when it last exchanged (its batch, seconds per sample, every).
+    pace: LearnerPace = field(default_factory=lambda: LearnerPace(0, 0.0, 0))
 
     def to_record(self) -> dict[str, Any]:
         return {
+            "pace": [self.pace.batch, self.pace.seconds_per_sample, self.pace.every],
             "seq": self.seq,
             "inc": self.incarnation,
             "staleness": self.staleness,
@@ -203,7 +207,16 @@ class LearnerEntry:
             blocked_s=float(record.get("blocked_s", 0.0)),
             dropped=int(record.get("dropped", 0)),
             left=bool(record.get("left", False)),
+            pace=_pace(record.get("pace")),
         )
+
+
+def _pace(record: Any) -> LearnerPace:
+    """A ledger entry's pace; an entry written before paces were recorded has none."""
+    if not isinstance(record, list) or len(record) != 3:
+        return LearnerPace(0, 0.0, 0)
+    batch, seconds_per_sample, every = record
+    return LearnerPace(int(batch), float(seconds_per_sample), int(every))
 
 
 @dataclass

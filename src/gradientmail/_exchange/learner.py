@@ -24,11 +24,12 @@ from gradientmail._exchange.options import (
     checked_model,
     stepping,
 )
+from gradientmail._exchange.pace import Work
 from gradientmail._exchange.reader import VersionReader
 from gradientmail._exchange.rules import OuterRule, resolve
 from gradientmail._exchange.stats import ExchangeStats
 from gradientmail._exchange.store import SharedStore
-from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, State, check_wire
+from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, State, check_wire, corrected
 from gradientmail._exchange.watch import HeadWatch
 from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail.backends._options import positive
@@ -120,7 +121,8 @@ class Exchange:
         mailbox: Mailbox,
         learner_id: str | None = None,
         optimizer: torch.optim.Optimizer | None = None,
-        every: int = 50,
+        batch_size: int | None = None,
+        every: int = 1,
         outer: str | OuterRule = "average",
         outer_lr: float | None = None,
         staleness: float | None = 1.0,
@@ -149,6 +151,7 @@ class Exchange:
                 wire,
                 active_window_seconds(active_window, lease),
                 buffers,
+                batch_size,
             ),
             Storage(Keys(name), fragment_bytes, keep, patience),
             closing,
@@ -157,6 +160,7 @@ class Exchange:
         self._handoff = Handoff(applier, closing)
         self._snapshot: State | None = None  # the model handed over, until adopted
         self._since = 0
+        self._work = Work(batch_size, self._handoff.applier.learner_id, self.every)
         self._optimizer = stepping(optimizer, model)
         self._hook: RemovableHandle | None = None
         #: "new", then "entered", then "left": one with block per Exchange.
@@ -168,6 +172,24 @@ class Exchange:
     def learner_id(self) -> str:
         """This learner's id in the shared model."""
         return self._handoff.applier.learner_id
+
+    @property
+    def batch_size(self) -> int:
+        """How many items this learner's next step should take: ``batch_size`` scaled by
+        this learner's speed over the fastest active learner's, at least 1.
+
+        Read it before each step and take exactly that many items: each learner then steps
+        at the fastest one's pace, and its deltas are weighted by the items they cover.
+
+        Raises:
+            ConfigurationError: the Exchange was made without ``batch_size=``.
+        """
+        if self._work.batch_size is None:
+            raise ConfigurationError(
+                "Exchange(batch_size=...) was not given: pass the batch your fastest learner "
+                "takes, and each learner's exchange.batch_size follows its speed"
+            )
+        return self._work.batch
 
     @property
     def stats(self) -> ExchangeStats:
@@ -246,9 +268,11 @@ class Exchange:
         with self._handoff.lock:
             self._raise_failure()
             self._since += 1
+            self._work.stepped()
             self._adopt_locked()
             if self._snapshot is None and self._since >= self.every:
                 self._submit_locked(leaving=False)
+            self._handoff.next_step_at = self._work.next_step_at()
             self._handoff.tally.stepped(time.perf_counter() - began)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
@@ -280,10 +304,10 @@ class Exchange:
         adopted, none (the thread is idle then: the anchor is safe to read)."""
         if leaving and self._tensors.equal(self._handoff.applier.anchor):
             self._snapshot = self._handoff.applier.anchor  # the model is the adopted version
-            self._handoff.submit(None, leaving)
+            self._handoff.submit(None, leaving, self._work.handed_over())
         else:
             self._snapshot = self._tensors.state()
-            self._handoff.submit(self._snapshot, leaving)
+            self._handoff.submit(self._snapshot, leaving, self._work.handed_over())
         self._since = 0
 
     def _adopt_locked(self) -> None:
@@ -293,15 +317,13 @@ class Exchange:
         outcome = self._handoff.take()
         if outcome is None:
             return
-        values, counts = self._tensors.state()
-        shared, snapshot = outcome.shared.values, self._snapshot.values
-        self._tensors.assign(
-            State(
-                shared.to(values.device) + (values - snapshot.to(values.device)),
-                torch.maximum(outcome.shared.counts, counts),
-            )
-        )
+        change = outcome.correction
+        if change is None:  # leaving: the anchor handed back as it was
+            change = corrected(outcome.shared, self._snapshot)
+        self._tensors.add(change)
         self._snapshot = None
+        if outcome.paces is not None:
+            self._work.others = outcome.paces
 
     def _raise_failure(self) -> None:
         error = self._handoff.error

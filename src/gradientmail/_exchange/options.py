@@ -48,6 +48,8 @@ class Settings:
     wire: str
     active_window: float
     buffers: bool
+    #: The fastest learner's batch (``Exchange(batch_size=)``); ``None``: not given.
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
         staleness = self.staleness
@@ -59,6 +61,7 @@ class Settings:
             raise ConfigurationError(f"staleness must be a number >= 0 or None, not {staleness!r}")
         positive(self.max_staleness, "max_staleness", integer=True, allow_none=True)
         check_wire(self.wire)
+        positive(self.batch_size, "batch_size", integer=True, allow_none=True)
         if not isinstance(self.buffers, bool):
             raise ConfigurationError(f"buffers must be True or False, not {self.buffers!r}")
 
@@ -76,6 +79,7 @@ class Settings:
             "max_staleness": self.max_staleness,
             "active_window": self.active_window,
             "buffers": self.buffers,
+            "batch_size": self.batch_size,
         }
 
 

@@ -117,6 +117,11 @@ class Tally:
         with self.lock:
             self._stats = self._stats.counted(version=version, tau=tau, applied=applied)
 
+    def adopted(self, version: int) -> None:
+        """The learner will adopt ``version``, newer than its exchange produced."""
+        with self.lock:
+            self._stats = replace(self._stats, version=version)
+
     def snapshot(self, traffic: ExchangeTraffic) -> ExchangeStats:
         """The counters now, with ``traffic`` as the store counted it."""
         with self.lock:

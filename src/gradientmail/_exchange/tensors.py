@@ -15,7 +15,16 @@ import torch
 
 from gradientmail._errors import ConfigurationError
 
-__all__ = ["WIRE_DTYPES", "ModelTensors", "State", "check_wire", "from_wire", "to_wire"]
+__all__ = [
+    "WIRE_DTYPES",
+    "ModelTensors",
+    "State",
+    "check_wire",
+    "corrected",
+    "difference",
+    "from_wire",
+    "to_wire",
+]
 
 WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -67,6 +76,20 @@ class State(NamedTuple):
 
     values: torch.Tensor
     counts: torch.Tensor
+
+
+def difference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a - b``, and 0 wherever the two are equal: a value that did not change is no
+    change even when it is infinite (an attention mask's ``-inf`` buffer gives 0, not NaN)."""
+    return torch.where(a == b, torch.zeros((), dtype=a.dtype, device=a.device), a - b)
+
+
+def corrected(shared: State, snapshot: State) -> State:
+    """What adopting ``shared`` adds to a model that was ``snapshot`` when handed over, on
+    the snapshot's device: ``shared - snapshot`` for the values (steps made since are kept
+    by adding it, :meth:`ModelTensors.add`), and the shared counts."""
+    values = shared.values[: snapshot.values.numel()].to(snapshot.values.device)
+    return State(difference(values, snapshot.values), shared.counts)
 
 
 class ModelTensors:
@@ -135,6 +158,16 @@ class ModelTensors:
                 tensor.copy_(piece.to(device=tensor.device, dtype=tensor.dtype))
             for tensor, piece in self._pieces(self._named(self._counts), state.counts):
                 tensor.copy_(piece.to(device=tensor.device, dtype=tensor.dtype))
+
+    def add(self, change: State) -> None:
+        """Add ``change.values`` to the tensors in place, in order, and raise each count to
+        ``change.counts`` where that is larger (integer buffers take the largest value)."""
+        with torch.no_grad():
+            for tensor, piece in self._pieces(self._values(), change.values):
+                tensor.add_(piece.to(device=tensor.device, dtype=tensor.dtype))
+            for tensor, piece in self._pieces(self._named(self._counts), change.counts):
+                piece = piece.to(device=tensor.device, dtype=tensor.dtype)
+                torch.maximum(tensor, piece, out=tensor)
 
     def equal(self, state: State) -> bool:
         """Whether the tensors hold exactly ``state`` (cast as :meth:`assign` would)."""
