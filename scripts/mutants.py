@@ -87,6 +87,83 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    # -- the recipe for unequal learners -------------------------------------------------------
+    Mutant(
+        "exchange-infinite-buffer-becomes-nan",
+        "_exchange/tensors.py",
+        (
+            (
+                "torch.where(a == b, torch.zeros((), dtype=a.dtype, device=a.device), a - b)",
+                "a - b",
+            ),
+        ),
+        ("tests/torch/test_exchange_shared_state.py",),
+        "an unchanged -inf buffer (an attention mask) gives -inf - -inf = NaN in every delta "
+        "and adoption: every learner's mask, and the shared one, becomes NaN",
+    ),
+    Mutant(
+        "exchange-late-fresh-version-replaces-the-next-result",
+        "_exchange/handoff.py",
+        (("            if self._result is outcome:\n", "            if True:\n"),),
+        ("tests/torch/test_exchange_recipe.py",),
+        "a newer version read after the loop took its exchange's result replaces the next "
+        "exchange's result: that exchange's own progress is adopted over, and lost",
+    ),
+    Mutant(
+        "exchange-fresh-version-not-anchored",
+        "_exchange/handoff.py",
+        (("                self.applier.adopted(shared, version)\n", ""),),
+        ("tests/torch/test_exchange_recipe.py",),
+        "the loop adopts a fresher version but the next delta is measured from the older "
+        "anchor: the other learners' progress in between is applied twice",
+    ),
+    Mutant(
+        "exchange-delta-ignores-its-sample-share",
+        "_exchange/rules.py",
+        (
+            (
+                "            weight = share * max(1, active)",
+                "            weight = 1.0",
+            ),
+        ),
+        ("tests/torch/test_exchange_recipe.py",),
+        "every delta weighs 1/N whatever samples it covers: a slow learner's small batches "
+        "move the shared model as much as the fastest learner's",
+    ),
+    Mutant(
+        "exchange-batch-not-scaled-by-speed",
+        "_exchange/pace.py",
+        (
+            (
+                "round(batch_size * fastest / mine.seconds_per_sample)",
+                "batch_size",
+            ),
+        ),
+        ("tests/torch/test_exchange_pace.py", "tests/torch/test_exchange_recipe.py"),
+        "every learner takes batch_size items whatever its speed: the slow learners step "
+        "less often and their deltas go stale",
+    ),
+    Mutant(
+        "exchange-pace-outlier-not-capped",
+        "_exchange/pace.py",
+        (("                interval = min(interval, OUTLIER * self.seconds_per_sample)\n", ""),),
+        ("tests/torch/test_exchange_pace.py",),
+        "one long pause (an evaluation, a checkpoint) enters the pace whole: the learner's "
+        "batch shrinks for many steps after it",
+    ),
+    Mutant(
+        "exchange-normal-staleness-damped",
+        "_exchange/rules.py",
+        (
+            (
+                "((1 + max(0.0, expected)) / (1 + max(0, staleness)))",
+                "(1 / (1 + max(0, staleness)))",
+            ),
+        ),
+        ("tests/torch/test_exchange_pace.py",),
+        "a delta as stale as the learners' paces make normal is damped anyway: the shared "
+        "model under-steps (the outer rule's 1 / (1 + tau))",
+    ),
     # -- the pipeline over a mailbox ---------------------------------------------------------
     Mutant(
         "pipeline-end-ignores-count",

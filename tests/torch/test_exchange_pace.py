@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gradientmail._exchange.pace import GroupPace, LearnerPace, Pace
+from gradientmail._exchange.rules import Average, OuterStep
 from tests.support.clock import FakeClock
 
 
@@ -116,3 +117,14 @@ def test_a_learner_that_slows_is_resized_from_what_it_measures() -> None:
         clock.advance(0.012 * 16)
         mine.stepped(16)
     assert batch() == round(16 * 0.008 / mine.seconds_per_sample) < 12
+
+
+def test_a_delta_as_stale_as_the_paces_make_normal_keeps_its_share_and_a_staler_one_less() -> None:
+    step = OuterStep(Average(), staleness=0.5, max_staleness=None)
+    share = 4 / 36
+    # four learners: the rule divides by 4, the share replaces that 1/4
+    assert step.weight(3, 4, share, expected=3.0) == pytest.approx(share * 4)
+    assert step.weight(1, 4, share, expected=3.0) == pytest.approx(share * 4), "fresher: whole"
+    assert step.weight(15, 4, share, expected=3.0) == pytest.approx(share * 4 * (4 / 16) ** 0.5)
+    unweighted = OuterStep(Average(), staleness=None, max_staleness=None)
+    assert unweighted.weight(15, 4, share, expected=3.0) == pytest.approx(share * 4)

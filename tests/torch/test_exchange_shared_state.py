@@ -60,6 +60,37 @@ def test_buffers_travel_with_the_parameters_and_load_shared_fills_them() -> None
     assert int(a_model.count) == 7, "adopting takes the shared count where it is larger"
 
 
+class Masked(torch.nn.Module):
+    """The integer model with a causal attention mask as a buffer: ``-inf`` above the
+    diagonal, as ``nn.Transformer.generate_square_subsequent_mask`` makes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = integer_model()
+        self.register_buffer("mask", torch.nn.Transformer.generate_square_subsequent_mask(4))
+
+
+def test_an_infinite_buffer_that_never_changes_stays_what_it_was_not_nan() -> None:
+    """A mask's ``-inf`` minus itself is NaN: a delta or an adoption made by plain
+    subtraction turned every learner's mask, and the shared one, into NaN."""
+    box = from_url("memory://exchange-mask")
+    a_model, b_model = Masked(), Masked()
+    mask = a_model.mask.clone()
+    with (
+        exact_exchange(a_model, box, "a", every=1) as a,
+        exact_exchange(b_model, box, "b", every=1),
+    ):
+        for _ in range(3):
+            with torch.no_grad():
+                a_model.linear.weight -= 1
+            a.step()
+    loaded = Masked()
+    load_shared(loaded, box)
+    for model in (loaded, a_model, b_model):
+        assert torch.equal(model.mask, mask), "the mask changed"
+    assert torch.equal(loaded.linear.weight, a_model.linear.weight)
+
+
 def test_batch_norm_statistics_are_shared_so_the_loaded_model_evaluates_as_the_learners() -> None:
     box = from_url("memory://exchange-batch-norm")
     torch.manual_seed(0)

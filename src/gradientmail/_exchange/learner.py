@@ -29,7 +29,7 @@ from gradientmail._exchange.reader import VersionReader
 from gradientmail._exchange.rules import OuterRule, resolve
 from gradientmail._exchange.stats import ExchangeStats
 from gradientmail._exchange.store import SharedStore
-from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, State, check_wire, corrected
+from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, State, check_wire, difference
 from gradientmail._exchange.watch import HeadWatch
 from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail.backends._options import positive
@@ -297,7 +297,7 @@ class Exchange:
             self._submit_locked(leaving=True)
             handoff.wait()
             self._raise_failure()
-            self._adopt_locked()
+            self._adopt_locked(exact=True)
 
     def _submit_locked(self, leaving: bool) -> None:
         """Hand the thread a snapshot; when leaving with the model still the version
@@ -310,17 +310,29 @@ class Exchange:
             self._handoff.submit(self._snapshot, leaving, self._work.handed_over())
         self._since = 0
 
-    def _adopt_locked(self) -> None:
-        """Take the shared version the thread produced, keeping the steps made meanwhile."""
+    def _adopt_locked(self, exact: bool = False) -> None:
+        """Take the shared version the thread produced, keeping the steps made meanwhile:
+        one in-place addition of the thread's ``shared - snapshot``, or, ``exact`` (the
+        last adoption, on leaving), ``shared + (model - snapshot)``, which leaves the model
+        bit for bit the shared version when it did not change since it was handed over."""
         if self._snapshot is None:
             return
         outcome = self._handoff.take()
         if outcome is None:
             return
         change = outcome.correction
-        if change is None:  # leaving: the anchor handed back as it was
-            change = corrected(outcome.shared, self._snapshot)
-        self._tensors.add(change)
+        if exact or change is None:
+            values, counts = self._tensors.state()
+            shared, snapshot = outcome.shared, self._snapshot
+            device = values.device
+            self._tensors.assign(
+                State(
+                    shared.values.to(device) + difference(values, snapshot.values.to(device)),
+                    torch.maximum(shared.counts, counts),
+                )
+            )
+        else:
+            self._tensors.add(change)
         self._snapshot = None
         if outcome.paces is not None:
             self._work.others = outcome.paces
