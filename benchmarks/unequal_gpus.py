@@ -1,0 +1,296 @@
+"""Do unequal GPUs pay? The exchange's recipe against the fastest GPU alone and lockstep.
+
+Four learner processes are padded to step times in proportion to their pace (1, 2, 2, 4 by
+default), so the machine's own CPU contention does not decide the result: a step of ``b``
+items at pace ``p`` takes ``p x base x b / BATCH`` seconds. In one run, on the same task,
+seed and batch numbers, it trains:
+
+* ``alone``: the fastest learner alone, batch ``BATCH``: what you would do without the
+  others;
+* ``ddp``: lockstep data parallelism over gloo with equal batches (paced by the slowest);
+* ``lockstep``: lockstep with batches in proportion to speed, gradients weighted by batch,
+  profiled once over the first steps (LB-BSP, Cannikin and HetSeq do this); the strongest
+  synchronous peer, which needs a profiler or a coordinator;
+* ``adaptive``: the same, re-sized every 20 steps from measured step times;
+* ``diloco``: synchronous DiLoCo (equal batches, Nesterov 0.7 / 0.9), the better of two
+  ``every``;
+* ``exchange``: the documented recipe, ``gradientmail.torch.Exchange(model,
+  optimizer=..., batch_size=BATCH)`` with each learner taking ``exchange.batch_size``
+  items a step from a ``shared_queue`` of batch numbers, on ``file://``.
+
+Every method's learning rate is tuned on a 3-point grid (seed 0, static), and the grid and
+choice are printed. Each run stops once the held-out loss reaches the last target, or at
+the sample budget or wall cap; every method's curve is scored after its run from snapshots
+taken every half second (the exchange's by reading the shared model), so scoring never
+takes the learners' CPU.
+
+Scenarios: ``static`` (1/2/2/4), ``mild`` (1/1.25/1.67/2), ``jitter3`` and ``jitter5``
+(per-step lognormal factor, sigma 0.3 and 0.5, mean 1), ``wide`` (eight learners at
+1/2/2/4/4/8/8/8: stale deltas at an 8:1 speed ratio), ``slowdown`` (the fastest learner
+3x slower from half of static lockstep's time), ``churn`` (learner 1 killed at 40 % of
+the static exchange's time, a learner of pace 2 joining at 60 %; exchange only: lockstep
+would have to restart).
+
+It prints, per scenario and method: the time to each target as a multiple of the fastest
+learner alone's, the parallel efficiency ``(T_alone / T) / R`` with ``R = sum of speeds /
+fastest speed``, the loss at the wall times the fastest alone reaches each target, and for
+the exchange the share of time ``step()`` blocked, bytes and requests per exchange,
+conflicts and staleness; then the goals. Before that, the task's regime: the gradient noise
+scale ``B_simple`` (McCandlish et al. 2018) at each target along the fastest learner's
+run, against the group's batch: extra data helps only while ``B_simple`` is above it.
+
+Run: ``python benchmarks/unequal_gpus.py`` (tune, then 1 seed of every scenario, about an
+hour on 2 cores), ``--seeds 3``, ``--scenarios static,jitter5``, ``--lrs lrs.json``
+(skip tuning: a file ``--save-lrs`` wrote), ``--task FILE.py`` for your own model and data
+(see ``benchmarks/tasks/bytes_transformer.py`` for what the file defines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import unequal_gpus_report as report
+from unequal_gpus_workers import (
+    Plan,
+    exchange_learner,
+    load_task,
+    lockstep_rank,
+    single,
+)
+
+DEFAULT_TASK = str(Path(__file__).parent / "tasks" / "bytes_transformer.py")
+PACES = report.PACES
+STATIC = PACES["static"]
+#: Learning-rate grids, as multiples of the task's ``LR`` (a good one for ``BATCH`` alone).
+GRIDS = {
+    "alone": (1.0, 1.5, 2.0),
+    "ddp": (1.5, 2.0, 3.0),
+    "lockstep": (1.5, 2.0, 3.0),
+    "diloco": (1.0, 1.5, 2.0),
+    "exchange": (2.0, 3.0, 4.0),
+}
+SCORE_EVERY_S = 2.0
+
+
+class Runner:
+    """Runs one method's processes for one plan, and scores its curve afterwards."""
+
+    def __init__(self, args: argparse.Namespace, task: Any) -> None:
+        self.args, self.task = args, task
+        self.cache: dict[str, dict[str, Any]] = {}
+
+    def run(self, plan: Plan, join: tuple[float, float] | None = None) -> dict[str, Any]:
+        key = repr(replace(plan, url="", rendezvous="")) + repr(join)
+        if key not in self.cache:
+            self.cache[key] = self._run(plan, join)
+        return self.cache[key]
+
+    def _run(self, plan: Plan, join: tuple[float, float] | None) -> dict[str, Any]:
+        ctx = mp.get_context("spawn")
+        work = Path(tempfile.mkdtemp(prefix=f"gm-unequal-{plan.method}-"))
+        plan = replace(plan, url=f"file://{work / 'run'}", rendezvous=str(work / "rdzv"))
+        out, stop, samples = ctx.Queue(), ctx.Event(), ctx.Value("q", 0)
+        target = {"alone": single, "exchange": exchange_learner}.get(plan.method, lockstep_rank)
+        ranks = 1 if plan.method == "alone" else len(plan.paces)
+        start = ctx.Barrier(ranks + 1)
+        procs = [
+            ctx.Process(target=target, args=(plan, r, out, start, stop, samples))
+            for r in range(ranks)
+        ]
+        for proc in procs:
+            proc.start()
+        start.wait()
+        began = time.time()
+        sampler = report.SharedSampler(self.task, plan) if plan.method == "exchange" else None
+        snapshots: list[tuple[float, bytes]] = []
+        done: list[Any] = []
+        expected = ranks - (1 if plan.kill else 0)
+        joined = False
+        last_score, scored = began, math.inf
+        while len(done) < expected + int(joined):
+            now = time.time()
+            if sampler is not None:
+                sampler.take(now - began, snapshots)
+            if join and not joined and now - began >= join[0]:
+                joined = True
+                args = (plan, ranks, out, None, stop, samples, ("joiner", join[1], began))
+                procs.append(ctx.Process(target=exchange_learner, args=args))
+                procs[-1].start()
+            if snapshots and now - last_score >= SCORE_EVERY_S:
+                last_score, scored = now, report.score(self.task, plan, snapshots[-1][1])
+            if (
+                scored <= self.args.targets[-1]
+                or samples.value >= plan.budget
+                or now - began >= self.args.cap
+            ):
+                stop.set()
+            try:
+                message = out.get(timeout=0.25 if sampler is None else 0.1)
+            except queue.Empty:
+                continue
+            if message[0] == "snapshot":
+                snapshots.append((message[1], message[2]))
+            else:
+                done.append(message[2])
+        wall = time.time() - began
+        if sampler is not None:
+            sampler.take(wall, snapshots)
+        for proc in procs:
+            proc.join(timeout=120)
+        shutil.rmtree(work, ignore_errors=True)
+        curve = [
+            (at, report.score(self.task, plan, state))
+            for at, state in sorted(snapshots, key=lambda s: s[0])
+        ]
+        return {
+            "curve": curve,
+            "wall": wall,
+            "samples": samples.value,
+            "reports": [d for d in done if d],
+            "snapshots": snapshots if plan.method == "alone" else [],
+            "moved": sampler.moved if sampler is not None else [],
+        }
+
+
+def base_plan(args: argparse.Namespace, method: str, seed: int, lr: float) -> Plan:
+    return Plan(
+        method=method,
+        task=args.task,
+        seed=seed,
+        lr=lr,
+        paces=STATIC,
+        base_s=args.base_ms / 1000,
+        batch=args.batch,
+        sizing={"lockstep": "static", "adaptive": "adaptive"}.get(method, "equal"),
+        budget=args.budget,
+    )
+
+
+def tune(runner: Runner, args: argparse.Namespace) -> dict[str, Any]:
+    """Each method's best learning rate on its grid (seed 0, static); DiLoCo's ``every`` too."""
+    chosen: dict[str, Any] = {}
+    for method in args.methods:
+        grid_name = "lockstep" if method == "adaptive" else method
+        if method == "adaptive" and "lockstep" in chosen:
+            chosen[method] = dict(chosen["lockstep"])
+            continue
+        rows = []
+        for factor in GRIDS[grid_name]:
+            lr = args.lr * factor
+            plan = replace(
+                base_plan(args, method, 0, lr),
+                diloco=args.diloco_every[0] if method == "diloco" else 0,
+            )
+            rows.append((lr, plan.diloco, runner.run(plan)))
+        if method == "diloco":
+            best_lr = min(rows, key=lambda r: report.rank_key(r[2]["curve"], args.targets))[0]
+            for every in args.diloco_every[1:]:
+                plan = replace(base_plan(args, method, 0, best_lr), diloco=every)
+                rows.append((best_lr, every, runner.run(plan)))
+        best = min(rows, key=lambda r: report.rank_key(r[2]["curve"], args.targets))
+        chosen[method] = {"lr": best[0], "every": best[1]}
+        report.print_grid(method, rows, best, args.targets)
+    return chosen
+
+
+def scenario_plans(name: str, reference: Any) -> tuple[dict[str, Any], list[str]]:
+    """What a scenario changes in a plan, and the methods it compares."""
+    everyone = ["alone", "ddp", "lockstep", "adaptive", "diloco", "exchange"]
+    if name == "static":
+        return {}, everyone
+    if name == "mild":
+        return {"paces": PACES["mild"]}, ["alone", "lockstep", "exchange"]
+    if name.startswith("jitter"):
+        return {"sigma": int(name[-1]) / 10}, ["alone", "lockstep", "adaptive", "exchange"]
+    if name == "slowdown":
+        return {"slow_at": 0.5 * reference("lockstep")}, [
+            "alone",
+            "lockstep",
+            "adaptive",
+            "exchange",
+        ]
+    if name == "churn":
+        t = reference("exchange")
+        return {"kill": (1, 0.4 * t), "join": (0.6 * t, 2.0)}, ["alone", "exchange"]
+    if name == "wide":
+        return {"paces": PACES["wide"]}, ["alone", "lockstep", "exchange"]
+    raise SystemExit(f"unknown scenario {name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default=DEFAULT_TASK)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--scenarios", default="static,mild,jitter3,jitter5,slowdown,churn")
+    parser.add_argument("--methods", default="alone,ddp,lockstep,adaptive,diloco,exchange")
+    parser.add_argument("--targets", default=None, help="held-out losses, easiest first")
+    parser.add_argument("--budget", type=int, default=40_000, help="samples a run, at most")
+    parser.add_argument("--cap", type=float, default=150.0, help="seconds a run, at most")
+    parser.add_argument("--base-ms", type=float, default=None)
+    parser.add_argument("--diloco-every", default="10,40")
+    parser.add_argument("--lrs", default=None, help="a JSON file of chosen lrs: skip tuning")
+    parser.add_argument("--save-lrs", default=None)
+    args = parser.parse_args()
+    task = load_task(args.task)
+    args.batch = int(getattr(task, "BATCH", 16))
+    args.lr = float(getattr(task, "LR", 3e-3))
+    args.base_ms = args.base_ms or float(getattr(task, "BASE_MS", 60.0))
+    args.methods = args.methods.split(",")
+    args.diloco_every = [int(x) for x in args.diloco_every.split(",")]
+    targets = args.targets.split(",") if args.targets else getattr(task, "TARGETS", None)
+    if not targets:
+        raise SystemExit("give --targets (the task file sets no TARGETS)")
+    args.targets = sorted((float(t) for t in targets), reverse=True)
+    report.check_pace(task, args)
+    runner = Runner(args, task)
+    if args.lrs:
+        chosen = json.loads(Path(args.lrs).read_text())
+    else:
+        chosen = tune(runner, args)
+    if args.save_lrs:
+        Path(args.save_lrs).write_text(json.dumps(chosen, indent=1))
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for seed in range(args.seeds):
+
+        def reference(method: str, seed: int = seed) -> float:
+            """The static run's time to the last target (run once, then cached)."""
+            plan = base_plan(args, method, seed, chosen[method]["lr"])
+            return report.time_to(runner.run(plan)["curve"], args.targets[-1])
+
+        for name in args.scenarios.split(","):
+            changes, methods = scenario_plans(name, reference)
+            if name == "static":
+                methods = args.methods
+            join = changes.pop("join", None)
+            for method in methods:
+                if method not in chosen:
+                    continue
+                plan = replace(
+                    base_plan(args, method, seed, chosen[method]["lr"]),
+                    diloco=chosen[method]["every"] if method == "diloco" else 0,
+                    **(changes if method in ("exchange",) or "kill" not in changes else {}),
+                )
+                result = runner.run(plan, join if method == "exchange" else None)
+                results.setdefault(name, {}).setdefault(method, []).append(result)
+            report.print_seed(name, seed, results[name], args)
+        if seed == 0 and "static" in results and "alone" in results["static"]:
+            report.print_regime(task, args, results["static"]["alone"][0])
+    report.print_summary(results, args)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    main()
