@@ -1,9 +1,11 @@
 """The measuring around the demo (``train_shared_queue.py``): not part of the loop to copy.
 
-It samples the shared model's held-out loss while the learners train, trains the same model
-in lockstep data parallel on the same batches as the baseline (each step averages one batch
-per learner and takes the slowest learner's time, as DDP does), and prints the table of
-learners and the time each run took to reach the lockstep run's final loss.
+It samples the shared model's held-out loss while the learners train; then, on the same
+sequences in the same order with the same lr schedule, it trains the same model as the two
+peers a user would otherwise pick: the fastest learner alone, and lockstep data parallel
+with batches in proportion to speed (each rank busy for the same time per step). Their step
+times are the learners' padded ones (the real compute when longer), on a virtual clock.
+It prints the table of learners, and each run's held-out loss at the shared run's wall time.
 """
 
 from __future__ import annotations
@@ -36,33 +38,55 @@ def heldout_loss(
         return float(loss_of(model, heldout))
 
 
-def lockstep(
-    model: nn.Module,
-    batches: list[tuple[int, torch.Tensor]],
-    loss_of: Callable[[nn.Module, torch.Tensor], torch.Tensor],
-    lr_at: Callable[[int], float],
-    slowdowns: list[float],
-    base_seconds: float,
-    evaluate: Callable[[nn.Module], float],
-) -> Curve:
-    """Train ``model`` in lockstep data parallel on ``batches``: each step averages one batch
-    per learner and takes the slowest learner's time. Returns (seconds, held-out loss)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
-    width = len(slowdowns)
-    clock = 0.0
-    curve = [(0.0, evaluate(model))]
-    for first in range(0, len(batches), width):
-        began = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(first)
-        optimizer.zero_grad()
-        for _, tokens in batches[first : first + width]:
-            (loss_of(model, tokens) / width).backward()
-        optimizer.step()
-        # Each rank computes its batch at its own pace; the all-reduce waits for the slowest.
-        clock += max(base_seconds * max(slowdowns), time.perf_counter() - began)
-        curve.append((clock, evaluate(model)))
-    return curve
+class Peers:
+    """Trains the same model as the shared run's peers, on ``sequences`` in order.
+
+    Args:
+        build: makes the model, from the same seed as the learners'.
+        sequences: every training sequence, in the order the peers take them.
+        loss_of: the loss of a model on a stack of sequences.
+        lr_at: the learning rate at a global step (sequences taken / ``BATCH``).
+        evaluate: the held-out loss of a model.
+        base_seconds: the fastest learner's seconds per batch of ``BATCH`` sequences.
+    """
+
+    def __init__(
+        self,
+        build: Callable[[], nn.Module],
+        sequences: list[torch.Tensor],
+        loss_of: Callable[[nn.Module, torch.Tensor], torch.Tensor],
+        lr_at: Callable[[int], float],
+        evaluate: Callable[[nn.Module], float],
+        base_seconds: float,
+    ) -> None:
+        self.build, self.sequences, self.loss_of = build, sequences, loss_of
+        self.lr_at, self.evaluate, self.base_seconds = lr_at, evaluate, base_seconds
+
+    def train(self, batch: int, reference: int, step_seconds: float, until: float) -> Curve:
+        """One model, ``batch`` sequences a step, each step ``step_seconds`` (or its real
+        compute, when longer), until ``until`` seconds or the data runs out."""
+        torch.manual_seed(0)
+        model = self.build()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
+        clock, taken = 0.0, 0
+        curve = [(0.0, self.evaluate(model))]
+        while clock < until and taken < len(self.sequences):
+            began = time.perf_counter()
+            for group in optimizer.param_groups:
+                group["lr"] = self.lr_at(taken // reference)
+            tokens = torch.stack(self.sequences[taken : taken + batch])
+            taken += len(tokens)
+            optimizer.zero_grad()
+            self.loss_of(model, tokens).backward()
+            optimizer.step()
+            clock += max(step_seconds, time.perf_counter() - began)
+            curve.append((clock, self.evaluate(model)))
+        return curve
+
+
+def loss_at(curve: Curve, seconds: float) -> float:
+    """The held-out loss of the last point of ``curve`` at or before ``seconds``."""
+    return [loss for t, loss in curve if t <= seconds][-1]
 
 
 def time_to(curve: Curve, target: float) -> float | None:
@@ -77,7 +101,7 @@ def sample_shared(
     results: Any,
     learners: int,
     began: float,
-    every: int,
+    shared: bool,
 ) -> tuple[Curve, list[dict[str, Any]]]:
     """Collect the learners' reports; meanwhile sample the shared model's held-out loss."""
     curve: Curve = []
@@ -86,7 +110,7 @@ def sample_shared(
     while len(reports) < learners:
         if time.monotonic() > deadline:
             raise TimeoutError("the learners did not finish within 600 s")
-        if every:
+        if shared:
             try:
                 load_shared(model, box)
                 curve.append((time.time() - began, evaluate(model)))
@@ -96,7 +120,7 @@ def sample_shared(
             reports.append(results.get(timeout=0.2))  # also the sampling period
         except queue.Empty:
             continue
-    if every:
+    if shared:
         load_shared(model, box)  # the final version, after everyone left
         end = max(r["end"] for r in reports) - began
         curve.append((end, evaluate(model)))
@@ -123,28 +147,39 @@ def print_reports(reports: list[dict[str, Any]], units: int, makespan: float) ->
     )
 
 
-def compare(shared: Curve, steps: Curve, reports: list[dict[str, Any]]) -> None:
-    """Print the time each run took to reach the lockstep run's final loss (+1 %)."""
-    target = steps[-1][1] * 1.01
-    ours, theirs = time_to(shared, target), time_to(steps, target)
+def compare(
+    shared: Curve,
+    peers: Peers,
+    slowdowns: list[float],
+    batch: int,
+    makespan: float,
+    reports: list[dict[str, Any]],
+) -> None:
+    """Print the shared model's final and best held-out loss, and its peers' at equal wall
+    time: the fastest learner alone, and lockstep with batches in proportion to speed."""
+    fastest = min(slowdowns)
+    sizes = [max(1, round(batch * fastest / s)) for s in slowdowns]
+    step = peers.base_seconds * max(s * b / batch for s, b in zip(slowdowns, sizes, strict=True))
+    alone = peers.train(batch, batch, peers.base_seconds * fastest, makespan)
+    lockstep = peers.train(sum(sizes), batch, step, makespan)
     exchanges = sum(r["exchanges"] for r in reports)
     staleness = sum(r["staleness"] * r["exchanges"] for r in reports) / max(1, exchanges)
     blocked = sum(r["blocked"] for r in reports) / max(1e-9, sum(r["busy"] for r in reports))
+    final = shared[-1][1]
+    best_t, best = min(shared, key=lambda point: point[1])
     print(
-        f"\none shared model: held-out loss {shared[-1][1]:.3f} at {shared[-1][0]:.1f}s; "
-        f"{exchanges} exchanges, mean staleness {staleness:.1f} versions, step() blocked "
-        f"{blocked:.2%} of the learners' time"
+        f"\none shared model: final held-out loss {final:.3f} at {makespan:.1f}s (best "
+        f"{best:.3f} at {best_t:.1f}s); {exchanges} exchanges, mean staleness "
+        f"{staleness:.1f} versions, step() blocked {blocked:.2%} of the learners' time"
+    )
+    print(f"at the same wall time ({makespan:.1f}s), on the same sequences and lr schedule:")
+    print(
+        f"  the fastest learner alone ({batch} a step):       held-out loss "
+        f"{loss_at(alone, makespan):.3f}"
     )
     print(
-        f"lockstep data parallel (each step at the slowest learner's pace), same batches: "
-        f"held-out loss {steps[-1][1]:.3f} at {steps[-1][0]:.1f}s"
-    )
-    if ours is None or theirs is None:
-        print(f"time to loss {target:.3f}: the shared model did not reach it")
-        return
-    print(
-        f"time to loss {target:.3f} (lockstep's final + 1 %): shared model {ours:.1f}s, "
-        f"lockstep {theirs:.1f}s ({ours / theirs:.2f}x)"
+        f"  lockstep, batches in proportion to speed ({'+'.join(map(str, sizes))} a step): "
+        f"held-out loss {loss_at(lockstep, makespan):.3f}"
     )
 
 

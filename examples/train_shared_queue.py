@@ -6,29 +6,36 @@ learner processes, slowed down 1x, 2x, 2x and 4x, that share the shards through 
 speed: the fast learner simply claims more shards, and all four finish together.
 
 **All four train one shared model** (a tiny language model on CPU, with a learning-rate
-schedule driven by the global step stored with each batch): each trains locally, and every
-``--every`` steps applies its progress to the shared parameters through the mailbox
-(``gradientmail.torch.Exchange``), never waiting for the others. The main process samples
-the shared model's held-out loss as it goes. Then, in the same run, it trains the same
-model in lockstep data parallel (what DDP does: each step averages one batch from each of
-the four learners, and waits for the slowest), and prints the time each took to reach the
-lockstep run's final loss. ``--independent`` trains four separate models instead, as
-before. For DDP itself, see ``train_ddp.py``; for a preprocessing job, ``preprocess.py``.
+schedule driven by the global step stored with each batch) with the recipe for unequal
+GPUs: each takes ``exchange.batch_size`` sequences a step, which follows its measured speed
+(16 for the fastest, 8 for one half as fast, 4 for one a quarter as fast), so every learner
+steps as often as the fastest one; its optimizer's steps are exchanged with the shared
+parameters through the mailbox (``gradientmail.torch.Exchange``), never waiting for the
+others, each delta weighted by the sequences it covers. The main process samples the
+shared model's held-out loss as it goes. Then, in the same run and on the same sequences,
+it trains the same model two other ways and prints each one's loss at the same wall time:
+the fastest learner alone, and lockstep data parallel with batches in proportion to speed
+(16 + 8 + 8 + 4 sequences a step, every rank busy for the same time: the best a
+synchronous job can do, which needs a profiler or a coordinator). ``--independent`` trains
+four separate models instead. For DDP itself, see ``train_ddp.py``; for a preprocessing
+job, ``preprocess.py``; for a measured comparison with each method's lr tuned,
+``benchmarks/unequal_gpus.py``.
 
     python examples/train_shared_queue.py            # about 30 s; no network, no GPU
     gradientmail status URL --plot run.png            # the command it prints at the end
 
 Each learner's loop is the one a real run uses::
 
-    with session, Exchange(model, mailbox=box, learner_id=name, every=8,
-                           outer="delayed-nesterov") as exchange, \
+    with session, Exchange(model, mailbox=box, learner_id=name, optimizer=optimizer,
+                           batch_size=16) as exchange, \
             shared_queue(shards, mailbox=box, learner_id=name, load=load_unit,
                          order=my_lane_first) as batches:
-        for step, tokens in batches:
-            set_lr(optimizer, schedule(step))
-            ...train...
-            exchange.step()
-            session.step(samples=len(tokens))
+        sequences = ((step, seq) for step, tokens in batches for seq in tokens)
+        while chunk := list(itertools.islice(sequences, exchange.batch_size)):
+            set_lr(optimizer, schedule(chunk[0][0]))
+            ...train on torch.stack([seq for _, seq in chunk])...
+            optimizer.step()  # counted by the exchange
+            session.step(samples=len(chunk))
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import itertools
 import math
 import multiprocessing as mp
 import os
@@ -58,6 +66,8 @@ from gradientmail.torch import Exchange
 VOCAB = 64
 SEQ = 32
 BATCH = 16
+#: The share of tokens drawn at random instead of following their sequence's stride.
+NOISE = 0.25
 
 
 # -- the dataset ------------------------------------------------------------------------------
@@ -77,6 +87,11 @@ def write_dataset(root: Path, shards: int, batches: int, seed: int = 0) -> dict[
         start = torch.randint(0, VOCAB, (batches, BATCH, 1), generator=generator)
         stride = torch.randint(1, 8, (batches, BATCH, 1), generator=generator)
         tokens = (start + stride * torch.arange(SEQ + 1)) % VOCAB
+        # A quarter of the tokens are noise: a gradient from a few sequences is then a noisy
+        # estimate, so a step on more sequences is a better one (larger learners' batches
+        # help, as on real data; a task with no noise is learnt as fast by one learner).
+        noise = torch.rand(tokens.shape, generator=generator) < NOISE
+        tokens[noise] = torch.randint(0, VOCAB, (int(noise.sum()),), generator=generator)
         path = root / f"shard-{index:03d}.pt"
         torch.save(tokens, path)
         units[f"lane{index % lanes}-{index // lanes:03d}"] = (index, str(path))
@@ -113,7 +128,7 @@ def token_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 2:].reshape(-1))
 
 
-def schedule(step: int, total: int, base: float = 3e-3, warmup: int = 20) -> float:
+def schedule(step: int, total: int, base: float = 1e-2, warmup: int = 20) -> float:
     """Linear warm-up, then cosine decay, by global step."""
     if step < warmup:
         return base * (step + 1) / warmup
@@ -132,7 +147,7 @@ def learner(
     order: list[str],
     total_steps: int,
     base_seconds: float,
-    every: int,
+    shared: bool,
     start: Any,
     results: Any,
 ) -> None:
@@ -146,12 +161,11 @@ def learner(
     loss = float("nan")
     start.wait()  # every process has imported torch and built its model
     session = Session(box, name, publish_every=1.0)
-    # every=0: an independent model. Otherwise the shared one: an Exchange that never waits.
-    # Delayed Nesterov: momentum built from a round of learners' deltas, as DiLoCo's outer
-    # step is, but without waiting for the round (docs/exchange.md has both rules' figures).
+    # The shared model: an Exchange that never waits, counting the optimizer's steps and
+    # sizing this learner's batch from its speed. Without it, an independent model.
     exchange = (
-        Exchange(model, mailbox=box, learner_id=name, every=every, outer="delayed-nesterov")
-        if every
+        Exchange(model, mailbox=box, learner_id=name, optimizer=optimizer, batch_size=BATCH)
+        if shared
         else None
     )
     with (
@@ -159,25 +173,27 @@ def learner(
         exchange or contextlib.nullcontext(),
         shared_queue(units, mailbox=box, learner_id=name, load=load_unit, order=order) as batches,
     ):
-        for step, tokens in batches:
+        sequences = ((step, seq) for step, tokens in batches for seq in tokens)
+        while chunk := list(
+            itertools.islice(sequences, exchange.batch_size if exchange else BATCH)
+        ):
             began = time.perf_counter()
             for group in optimizer.param_groups:
-                group["lr"] = schedule(step, total_steps)
-            batch_loss = token_loss(model, tokens)
+                group["lr"] = schedule(chunk[0][0], total_steps)
+            batch_loss = token_loss(model, torch.stack([seq for _, seq in chunk]))
             optimizer.zero_grad()
             batch_loss.backward()
             optimizer.step()
             loss = batch_loss.item()
-            # The artificial slowdown: this learner's "GPU" is `slowdown` times slower.
-            spare = base_seconds * slowdown - (time.perf_counter() - began)
+            # The artificial slowdown: this learner's "GPU" is `slowdown` times slower, and
+            # a batch takes time in proportion to its sequences.
+            spare = base_seconds * slowdown * len(chunk) / BATCH - (time.perf_counter() - began)
             if spare > 0:
                 time.sleep(spare)
             busy += time.perf_counter() - began
-            if exchange is not None:
-                exchange.step()
-            session.step(samples=tokens.shape[0])
+            session.step(samples=len(chunk))
         stats = batches.stats.snapshot()
-    shared = exchange.stats if exchange is not None else None
+    exchanged = exchange.stats if exchange is not None else None
     results.put(
         {
             "name": name,
@@ -187,9 +203,9 @@ def learner(
             "busy": busy,
             "end": time.time(),
             "loss": loss,
-            "exchanges": shared.exchanges if shared else 0,
-            "staleness": shared.staleness_mean if shared else 0.0,
-            "blocked": shared.blocked_s if shared else 0.0,
+            "exchanges": exchanged.exchanges if exchanged else 0,
+            "staleness": exchanged.staleness_mean if exchanged else 0.0,
+            "blocked": exchanged.blocked_s if exchanged else 0.0,
         }
     )
 
@@ -205,12 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--batch-ms", type=float, default=40.0, help="the fastest learner's ms per batch"
     )
-    parser.add_argument("--every", type=int, default=8, help="local steps between exchanges")
     parser.add_argument(
         "--independent", action="store_true", help="four independent models, no exchange"
     )
     args = parser.parse_args(argv)
-    every = 0 if args.independent else args.every
+    shared = not args.independent
     slowdowns = [float(s) for s in args.slowdowns.split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="gradientmail-demo-"))
     url = args.url or f"file://{workdir / 'run'}"
@@ -255,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 order,
                 total_steps,
                 args.batch_ms / 1000.0,
-                every,
+                shared,
                 start,
                 results,
             ),
@@ -266,26 +281,27 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     evaluate = functools.partial(harness.heldout_loss, heldout=heldout, loss_of=token_loss)
     shared_curve, reports = harness.sample_shared(
-        box, TinyLM(), evaluate, results, len(procs), began, every
+        box, TinyLM(), evaluate, results, len(procs), began, shared
     )
     for proc in procs:
         proc.join(timeout=60)
     makespan = max(r["end"] for r in reports) - began
 
     harness.print_reports(reports, len(units), makespan)
-    if every:
+    if shared:
         torch.manual_seed(0)
-        batches = [b for unit in sorted(units.values()) for b in load_unit(unit)]
-        steps = harness.lockstep(
-            TinyLM(),
-            batches,
+        sequences = [
+            seq for unit in sorted(units.values()) for _, b in load_unit(unit) for seq in b
+        ]
+        peers = harness.Peers(
+            TinyLM,
+            sequences,
             token_loss,
-            functools.partial(schedule, total=len(batches)),
-            slowdowns,
-            args.batch_ms / 1000.0,
+            functools.partial(schedule, total=total_steps),
             evaluate,
+            args.batch_ms / 1000.0,
         )
-        harness.compare(shared_curve, steps, reports)
+        harness.compare(shared_curve, peers, slowdowns, BATCH, makespan, reports)
     print(f"\nSee the run:\n  {harness.cli()} status {url}")
     return 0 if all(proc.exitcode == 0 for proc in procs) else 1
 

@@ -64,10 +64,11 @@ def test_the_demo_trains_one_model_and_prints_the_status_command() -> None:
     status = read_status(from_url(status_command_url(out)))
     assert status.total == 8
     assert status.left == 0
-    # The four learners trained one shared model, and the lockstep baseline ran beside it.
+    # The four learners trained one shared model, and its two peers ran beside it.
     assert "training one shared model" in out
-    assert "one shared model: held-out loss" in out
-    assert "lockstep data parallel" in out
+    assert re.search(r"one shared model: final held-out loss \d\.\d+ .*\(best \d\.\d+ at", out)
+    assert re.search(r"the fastest learner alone \(16 a step\): +held-out loss \d", out)
+    assert re.search(r"lockstep, batches in proportion to speed \(16\+8\+8\+4 a step\)", out)
     (head,) = read_shared_models(from_url(status_command_url(out))).values()
     assert not isinstance(head, str)
     assert sorted(head.learners) == [f"learner-{n}" for n in range(4)]
