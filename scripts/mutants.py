@@ -1644,8 +1644,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/learner.py",
         (
             (
-                "shared.to(values.device) + (values - snapshot.to(values.device)),\n",
-                "shared.to(values.device),\n",
+                "            self._tensors.add(change)\n",
+                "            self._tensors.assign(outcome.shared)\n",
             ),
         ),
         ("tests/torch/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
@@ -1663,22 +1663,6 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/torch/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
         "a learner applies its delta to the version it last saw instead of the current one, "
         "overwriting the others' progress",
-    ),
-    Mutant(
-        "exchange-weight-not-relative-to-a-round",
-        "_exchange/rules.py",
-        (
-            (
-                "    return float(((1 + staleness) / max(1, active)) ** -exponent)",
-                "    return float(max(1.0, 1 + staleness - (max(1, active) - 1)) ** -exponent)",
-            ),
-        ),
-        (
-            "tests/torch/test_exchange.py::"
-            "test_the_default_rule_keeps_a_fresh_deltas_progress_and_averages_one_of_normal_staleness",
-        ),
-        "a delta fresher than one round of the others gets only the rule's step, so a fast "
-        "learner's progress counts 1 / N and the shared model trains slower than it alone",
     ),
     Mutant(
         "exchange-weight-uncapped",
@@ -1847,11 +1831,11 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-adopt-drops-larger-counts",
-        "_exchange/learner.py",
+        "_exchange/applier.py",
         (
             (
-                "                torch.maximum(outcome.shared.counts, counts),",
-                "                counts,",
+                "counts = torch.maximum(current.counts, snapshot.counts)",
+                "counts = snapshot.counts",
             ),
         ),
         (
