@@ -28,7 +28,7 @@ from gradientmail._exchange.watch import HeadWatch
 from gradientmail._keys import validate_segment
 from gradientmail._torch_world import separate_process
 from gradientmail.backends._base import new_write_id
-from gradientmail.backends._options import lease_seconds, positive, redact
+from gradientmail.backends._options import LeaseMeaning, lease_seconds, positive, redact
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns._patience import Patient
 
@@ -187,11 +187,21 @@ def stepping(optimizer: object, model: torch.nn.Module) -> torch.optim.Optimizer
     return optimizer
 
 
+#: What ``active_window`` means, for its errors and warnings.
+ACTIVE_WINDOW = LeaseMeaning(
+    forever="a learner that stopped would count as active forever, and every learner's "
+    "share of the group's pace would still be reckoned with its pace",
+    choose="how long after its last exchange a learner stops counting as active "
+    f"({DEFAULT_ACTIVE_WINDOW:g} is the default)",
+    long="a learner that stopped counts as active that long",
+)
+
+
 def active_window_seconds(active_window: float | None, lease: float | None) -> float:
     """``active_window`` (600 s when not given), or ``lease=``, its deprecated former name."""
     if lease is None:
         window = DEFAULT_ACTIVE_WINDOW if active_window is None else active_window
-        return lease_seconds(window, "active_window")
+        return lease_seconds(window, "active_window", ACTIVE_WINDOW)
     if active_window is not None:
         raise ConfigurationError(
             "pass active_window= only: lease= is its former name, and both were given"
@@ -202,4 +212,4 @@ def active_window_seconds(active_window: float | None, lease: float | None) -> f
         DeprecationWarning,
         stacklevel=3,
     )
-    return lease_seconds(lease, "active_window")
+    return lease_seconds(lease, "active_window", ACTIVE_WINDOW)

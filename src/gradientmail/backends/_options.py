@@ -20,7 +20,7 @@ import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from gradientmail._errors import ConfigurationError, InvalidKeyError, MissingDependencyError
@@ -193,7 +193,26 @@ def positive(value: object, what: str, *, integer: bool = False, allow_none: boo
 LONGEST_PLAUSIBLE_LEASE = 3_600.0
 
 
-def lease_seconds(value: object, what: str = "lease") -> float:
+class LeaseMeaning(NamedTuple):
+    """What a duration argument means, in the words its errors and warnings use."""
+
+    forever: str
+    """What an endless value would do."""
+    choose: str
+    """What to pass instead, with the default."""
+    long: str
+    """What a value of more than an hour does."""
+
+
+#: ``lease=`` of the queue, the pipeline and the dataset.
+QUEUE_LEASE = LeaseMeaning(
+    forever="a learner that dies would hold its work forever",
+    choose="the longest silence after which others may take its work over (60 is the default)",
+    long="a learner that dies holds its work that long before others take it over",
+)
+
+
+def lease_seconds(value: object, what: str = "lease", meaning: LeaseMeaning = QUEUE_LEASE) -> float:
     """A lease duration: a positive, finite number of seconds, warned about above an hour.
 
     Raises:
@@ -202,15 +221,13 @@ def lease_seconds(value: object, what: str = "lease") -> float:
     number = float(positive(value, what))
     if not math.isfinite(number):
         raise ConfigurationError(
-            f"{what} must be a finite number of seconds, not {value!r}: a learner that dies "
-            "would hold its work forever; pass the longest silence after which others may "
-            "take its work over (60 is the default)"
+            f"{what} must be a finite number of seconds, not {value!r}: {meaning.forever}; "
+            f"pass {meaning.choose}"
         )
     if number > LONGEST_PLAUSIBLE_LEASE:
         warnings.warn(
-            f"{what}={value!r} seconds is more than an hour: a learner that dies holds its work "
-            f"that long before others take it over. {what} is in seconds; if you meant "
-            f"milliseconds, pass {number / 1000:g}",
+            f"{what}={value!r} seconds is more than an hour: {meaning.long}. {what} is in "
+            f"seconds; if you meant milliseconds, pass {number / 1000:g}",
             UserWarning,
             stacklevel=3,
         )
