@@ -571,6 +571,23 @@ MUTANTS: tuple[Mutant, ...] = (
         killers=2,
     ),
     Mutant(
+        "taken-over-unit-not-held",
+        "patterns/shared_queue/_loader.py",
+        (
+            (
+                "                return self.hold(found)\n        return None\n",
+                "                return found\n        return None\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_early_exit.py::test_a_unit_taken_over_while_waiting_is_released_on_an_early_exit_like_a_claimed_one",
+            "tests/patterns/shared_queue/test_lifecycle.py::test_leaving_early_releases_units_to_the_others_at_once",
+        ),
+        "a unit taken over while waiting is loaded but not held: leaving early does not "
+        "release it, and the learner's session never reports it claimed",
+        killers=2,
+    ),
+    Mutant(
         "flow-newer-epoch-first",
         "patterns/shared_queue/_consumer.py",
         (
@@ -666,11 +683,11 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "end-notice-waits-the-whole-backoff",
-        "patterns/shared_queue/_waiting.py",
+        "patterns/shared_queue/_pacing.py",
         (
             (
-                "        self.scope.closing.wait(min(NOTICE_S, self._poll_at - now))",
-                "        self.scope.closing.wait(self._poll_at - now)",
+                "        self._closing.wait(min(NOTICE_S, self._poll_at - now))",
+                "        self._closing.wait(self._poll_at - now)",
             ),
         ),
         (
@@ -766,7 +783,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "repair-leaves-the-confirmation-stale",
-        "patterns/shared_queue/_waiting.py",
+        "patterns/shared_queue/_pacing.py",
         (
             (
                 '        self.backoff.reset()\n        self.quiet.confirmed_at = float("-inf")\n',

@@ -18,7 +18,6 @@ events is the same on every run.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
 import threading
@@ -34,12 +33,17 @@ from gradientmail.backends.memory import MemoryMailbox
 from gradientmail.patterns._claims import decode_record, parse_claim
 from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
-from gradientmail.patterns.shared_queue import _waiting, shared_queue
+from gradientmail.patterns._workers import Bell, HandoffBuffer
+from gradientmail.patterns.shared_queue import _pacing, _waiting, shared_queue
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue._holdings import Holdings
+from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
+from gradientmail.patterns.shared_queue._loader import ClaimLoop
+from gradientmail.patterns.shared_queue._pacing import Pacing
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
-from gradientmail.patterns.shared_queue._scope import Scope
+from gradientmail.patterns.shared_queue._scope import Scope, Setup
 from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._takeover import Takeover
 from gradientmail.patterns.shared_queue._unit_claims import Held, UnitClaims
 from gradientmail.patterns.shared_queue._waiting import NOTICE_S, Next, Waiting
 from tests.support.clock import FakeClock
@@ -149,11 +153,12 @@ class Sim:
 
 @pytest.fixture
 def sim(monkeypatch: pytest.MonkeyPatch) -> Sim:
-    """The waiting's clock, and its lease watcher's, are the simulation's."""
+    """The waiting's clock and its pacing's are the simulation's (each learner's lease
+    watcher is given the same clock)."""
     simulation = Sim()
-    monkeypatch.setattr(_waiting, "time", SimpleNamespace(monotonic=simulation.clock))
-    watcher = functools.partial(LeaseWatcher, clock=simulation.clock)
-    monkeypatch.setattr(_waiting, "LeaseWatcher", watcher)
+    clock = SimpleNamespace(monotonic=simulation.clock)
+    monkeypatch.setattr(_waiting, "time", clock)
+    monkeypatch.setattr(_pacing, "time", clock)
     return simulation
 
 
@@ -197,8 +202,19 @@ class Learner:
         self.holdings = Holdings() if holdings is None else holdings
         closing = Paced(sim, self.step)
         self.scope = Scope(self.claims, self.lease, policy, self.holdings, stats, closing)
-        self.waiting = Waiting(self.scope, wait_for_others=True, hold=lambda held, _: held)
-        self.waiting.begin(self.claims.scan())  # the loader's scan at its start
+        # The epoch's parts, built as the epoch builds them, on the simulation's clock.
+        watcher = LeaseWatcher(box, LEASES_PREFIX, duration=LEASE, clock=sim.clock)
+        idle = IdleWatch(self.claims, watcher, self.lease.period)
+        pacing = Pacing(self.lease.period, closing)
+        takeover = Takeover(self.scope, watcher, idle, pacing)
+        self.waiting = Waiting(self.scope, idle, takeover, pacing, wait_for_others=True)
+        # prefetch 1, no reporter, waiting for others, in the mapping's order
+        setup = Setup(box, dict.fromkeys(UNITS), list, name, 1, None, True, True)
+        buffer: HandoffBuffer[Any] = HandoffBuffer(1, Bell())
+        loop = ClaimLoop(
+            self.scope, setup, buffer, takeover=takeover, waiting=self.waiting, idle=idle
+        )
+        loop.start()  # the loader's start: its scan, the members, an earlier self's units
         #: What each step decided.
         self.steps: list[Held | Next] = []
         self.ended_at: float | None = None

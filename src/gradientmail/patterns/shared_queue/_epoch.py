@@ -4,10 +4,18 @@ A learner runs one :class:`EpochRun` per open epoch, all under the learner's one
 while it works in a single epoch, two while its epochs flow (it claims units of the next
 epoch while the last units of the previous one are in progress elsewhere). Each run has
 its own claims, claim policy, idle markers and takeovers, scoped to its epoch's keys, so
-nothing of one epoch is ever recorded in another. The consumer reads a run only through
-:meth:`EpochRun.take`, which never blocks: the learner's
-:class:`~gradientmail.patterns.shared_queue._consumer.SharedQueue` waits on the bell that
-every run's buffer rings.
+nothing of one epoch is ever recorded in another.
+
+An epoch starts here: :meth:`EpochRun._build` builds every part of it (its claims, the
+claim policy and its pages, the holdings, the scope, the lease watcher, the idle watch, the
+pacing, the takeovers, the waiting, the loader's loop and the completion recorder) and
+hands each the siblings it works with; no part builds another. :meth:`EpochRun.start`
+starts the threads, and the loader's first requests are
+:meth:`~gradientmail.patterns.shared_queue._loader.ClaimLoop.start`.
+
+The consumer reads a run only through :meth:`EpochRun.take`, which never blocks: the
+learner's :class:`~gradientmail.patterns.shared_queue._consumer.SharedQueue` waits on the
+bell that every run's buffer rings.
 """
 
 from __future__ import annotations
@@ -17,9 +25,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gradientmail._errors import LeaseLostError
-from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns._patience import Patient
-from gradientmail.patterns._run_layout import RunLayout
+from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns._workers import EMPTY, Bell, HandoffBuffer, Worker
 from gradientmail.patterns.shared_queue._buffer_entries import (
     Control,
@@ -31,12 +39,16 @@ from gradientmail.patterns.shared_queue._buffer_entries import (
 )
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue._holdings import Holdings
+from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
 from gradientmail.patterns.shared_queue._loader import ClaimLoop
+from gradientmail.patterns.shared_queue._pacing import Pacing
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
 from gradientmail.patterns.shared_queue._recorder import CompletionGate, CompletionRecorder
 from gradientmail.patterns.shared_queue._scope import Scope, Setup
 from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._takeover import Takeover
 from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
+from gradientmail.patterns.shared_queue._waiting import Waiting
 
 __all__ = ["EMPTY", "EpochRun", "Setup"]
 
@@ -80,6 +92,11 @@ class EpochRun(Generic[T]):
         return f"shared_queue loader of learner {self.setup.learner_id!r}"
 
     def _build(self, identifiers: list[str], lease: Lease, stats: QueueStats) -> _Parts:
+        """Build every part of the epoch, and hand each the siblings it works with.
+
+        No part builds another. What the loader thread does first (its scan, the members,
+        an earlier incarnation's units) is :meth:`ClaimLoop.start`.
+        """
         setup = self.setup
         closing = threading.Event()
         # The loader and the recorder ride out a store outage shorter than the lease (past
@@ -91,7 +108,22 @@ class EpochRun(Generic[T]):
         pages = ClaimPages(mailbox, claims.layout.units, stats.cost)
         policy = ClaimPolicy(identifiers, setup.learner_id, pages, shared_order=setup.shared_order)
         scope = Scope(claims, lease, policy, Holdings(), stats, closing)
-        loop = ClaimLoop(scope, setup, self._buffer, on_dry=self._on_dry)
+        # One watcher for the idle watch and the takeovers: a holder watched by the one can
+        # be declared lost by the other.
+        watcher = LeaseWatcher(mailbox, LEASES_PREFIX, duration=lease.duration)
+        idle = IdleWatch(claims, watcher, lease.period)
+        pacing = Pacing(lease.period, closing)
+        takeover = Takeover(scope, watcher, idle, pacing)
+        waiting = Waiting(scope, idle, takeover, pacing, wait_for_others=setup.wait_for_others)
+        loop = ClaimLoop(
+            scope,
+            setup,
+            self._buffer,
+            takeover=takeover,
+            waiting=waiting,
+            idle=idle,
+            on_dry=self._on_dry,
+        )
         name = f"gradientmail-shared-queue-{setup.learner_id}-epoch-{self.epoch}"
         loader = Worker(name, lambda _stop: loop.run())
         recorder = CompletionRecorder(scope, worker=self.worker, wake=self._buffer.put_control)
