@@ -58,12 +58,13 @@ import re
 import time
 from typing import Any
 
+from gradientmail._record_codec import decode_record, read_record
 from gradientmail._status_plot import lane_of, plot_gantt
 from gradientmail._status_record import EpochProgress, RunStatus, number
 from gradientmail._status_text import data_wait_share, format_status
 from gradientmail.backends._options import redact
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns._claims import decode_record, parse_claim, read_record
+from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns._run_layout import (
     EPOCHS_PREFIX,
     LEARNERS_PREFIX,

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradientmail._keys import validate_segment
+from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.backends._base import new_write_id
-from gradientmail.patterns._claims import decode_record, encode_record
 
 ROOT = "exchange/"
 

@@ -26,8 +26,8 @@ import torch
 from gradientmail._errors import ConfigurationError, InvalidDataError, KeyNotFoundError
 from gradientmail._exchange.layout import Head, Keys, new_data_token, token_version
 from gradientmail._exchange.stats import ExchangeTraffic
+from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.mailbox import Mailbox, Version
-from gradientmail.patterns._claims import decode_record, encode_record
 
 WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 SWEEP_EVERY = 16

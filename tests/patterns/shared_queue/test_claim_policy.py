@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import Capability, Mailbox, from_url
-from gradientmail.patterns._claims import encode_record
+from gradientmail._record_codec import encode_record
 from gradientmail.patterns._leases import LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages, lists_from_a_key

@@ -29,8 +29,9 @@ from typing import Any, ClassVar
 import pytest
 
 from gradientmail import Capability, Mailbox
+from gradientmail._record_codec import decode_record
 from gradientmail.backends.memory import MemoryMailbox
-from gradientmail.patterns._claims import decode_record, parse_claim
+from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns._workers import Bell, HandoffBuffer
