@@ -1801,18 +1801,19 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "status-epoch-ignores-unit-epochs",
-        "status.py",
+        "_unit_rows.py",
         (
             (
-                "    return unit[5] if len(unit) > 5 and isinstance(unit[5], int) else 0",
-                "    return 0",
+                "        epoch = raw[5] if len(raw) > 5 and _integer(raw[5]) else 0\n",
+                "        epoch = 0\n",
             ),
         ),
         (
             "tests/core/test_status.py::test_epoch_filters_the_learner_table_and_the_plot",
             "tests/core/test_status.py::test_the_plot_of_a_later_epoch_measures_its_time_from_that_epoch",
         ),
-        "status --epoch k counts and plots every epoch's units as epoch 0's",
+        "a unit row's epoch decodes as 0: status --epoch k counts and plots every epoch's "
+        "units as epoch 0's",
         killers=2,
     ),
     Mutant(
@@ -1871,6 +1872,23 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "status reads the completions before the learners: a learner that finishes in "
         "between reads finished beside an old count, and a live run is called stalled",
+        killers=2,
+    ),
+    Mutant(
+        "unit-rows-of-older-versions-skipped",
+        "_unit_rows.py",
+        (
+            (
+                "        if not isinstance(raw, (list, tuple)) or len(raw) < _REQUIRED:\n",
+                "        if not isinstance(raw, (list, tuple)) or len(raw) < 6:\n",
+            ),
+        ),
+        (
+            "tests/core/test_unit_rows.py::test_status_reads_the_rows_of_every_version_by_epoch",
+            "tests/core/test_unit_rows.py::test_a_session_resuming_an_older_record_keeps_its_finished_units",
+        ),
+        "the rows of a record written by an older version (no reclaimed or epoch field) are "
+        "skipped: status undercounts them, and a resuming session drops its finished units",
         killers=2,
     ),
     Mutant(
@@ -1936,7 +1954,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             (
                 "            self._entries.pop(identifier, None)\n",
-                "            if (self._entries.get(identifier) or [None] * 3)[2] is None:\n"
+                "            entry = self._entries.get(identifier)\n"
+                "            if entry is None or entry.finished is None:\n"
                 "                self._entries.pop(identifier, None)\n",
             ),
         ),

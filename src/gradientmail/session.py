@@ -206,7 +206,7 @@ class Session:
             "rate": rate,
             "units_claimed": len(units),
             "units_finished": finished,
-            "units": units,
+            "units": [row.encode() for row in units],
             "publish_every": self.publish_every,
             "data_wait_s": self.data_wait_s,
         }
