@@ -978,7 +978,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             (
                 "        recorded = self._record(held)\n",
-                "        self._holdings.remove(held.identifier)\n"
+                "        self._scope.holdings.remove(held.identifier)\n"
                 "        recorded = self._record(held)\n",
             ),
         ),
@@ -1660,7 +1660,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "completion-ignores-the-gate",
         "patterns/shared_queue/_recorder.py",
-        (("        if gate is not None and not gate.wait(mark):", "        if False:"),),
+        (("        if not self._gate.wait(mark):", "        if False:"),),
         (
             "tests/torch/test_loader.py::test_a_break_then_finishing_the_epoch_delivers_every_item",
             "tests/torch/test_loader.py::test_drop_last_leaves_the_dropped_items_units_undone_and_says_so",
@@ -1702,7 +1702,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "gated-epoch-end-keeps-undone-units",
         "patterns/shared_queue/_epoch.py",
-        (("        if not self._ended or self.gated:", "        if not self._ended:"),),
+        (
+            (
+                "        if not self._ended or self.completes_at_close:",
+                "        if not self._ended:",
+            ),
+        ),
         (
             "tests/torch/test_loader.py::test_drop_last_leaves_the_dropped_items_units_undone_and_says_so",
             "tests/torch/test_loader.py::test_a_worker_queue_run_to_its_end_releases_the_unit_whose_items_the_loop_never_took",
@@ -1931,8 +1936,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_epoch.py",
         (
             (
-                "        if not self._ended or self.gated:\n",
-                "        if self._ended and self.gated:\n",
+                "        if not self._ended or self.completes_at_close:\n",
+                "        if self._ended and self.completes_at_close:\n",
             ),
         ),
         (

@@ -23,7 +23,8 @@ from torch.utils.data import DataLoader  # noqa: E402 - after the importorskip a
 from gradientmail import ConfigurationError, Mailbox  # noqa: E402
 from gradientmail._torch_data.acks import AckBoard, WorkerGate  # noqa: E402
 from gradientmail.patterns._run_layout import RunLayout  # noqa: E402
-from gradientmail.patterns.shared_queue import shared_queue  # noqa: E402
+from gradientmail.patterns.shared_queue._open import open_queue  # noqa: E402
+from gradientmail.patterns.shared_queue._options import queue_options  # noqa: E402
 from gradientmail.status import read_status  # noqa: E402
 from gradientmail.torch import SharedQueueDataset, SharedQueueLoader  # noqa: E402
 from tests.support.rigs import Rig  # noqa: E402
@@ -135,11 +136,13 @@ def test_a_worker_queue_run_to_its_end_releases_the_unit_whose_items_the_loop_ne
     board = AckBoard(workers=1, slack=len(units))
     generation = board.begin()
     gate = WorkerGate(board, 0)
-    # As SharedQueueDataset opens a worker's queue: it waits for no other learner.
-    with shared_queue(
-        units, mailbox=box, learner_id="r-w0", load=load, wait_for_others=False
+    # As SharedQueueDataset opens a worker's queue: built with the worker's gate, and
+    # waiting for no other learner (prefetch 8, no order or shuffle, a 60 s lease, one
+    # epoch).
+    options = queue_options(units, load, 8, None, None, 60.0, False, None)
+    with open_queue(
+        options, mailbox=box, learner_id="r-w0", epoch=0, reporter=None, gate=gate
     ) as items:
-        items.hold_completions(gate, board.slack)
         handed = []
         for item in items:
             gate.count += 1  # handed over to the DataLoader, as the worker counts

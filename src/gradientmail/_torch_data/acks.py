@@ -146,14 +146,17 @@ class AckBoard:
 class WorkerGate:
     """One worker's gate for one iteration: its count of items handed over, and the wait.
 
-    Implements the queue's ``CompletionGate``: :meth:`mark` is the count when a unit's last
-    item was handed over; :meth:`wait` returns ``True`` once the loop took that many items,
-    ``False`` once it never will (a new iteration began, or this one was abandoned).
+    Implements the queue's ``CompletionGate``, which the worker's queue is built with:
+    :meth:`mark` is the count when a unit's last item was handed over; :meth:`wait` returns
+    ``True`` once the loop took that many items, ``False`` once it never will (a new
+    iteration began, or this one was abandoned); :attr:`slack` is the board's.
     """
 
     def __init__(self, board: AckBoard, worker: int) -> None:
         self.board = board
         self.worker = worker
+        #: The most units of this worker whose items may be on their way to the loop.
+        self.slack = board.slack
         self.generation = board.generation(worker)
         #: Items this worker's generator handed to the DataLoader in this iteration.
         self.count = 0

@@ -37,6 +37,7 @@ from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns._workers import Bell, HandoffBuffer
 from gradientmail.patterns.shared_queue import _pacing, _waiting, shared_queue
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
+from gradientmail.patterns.shared_queue._completion_gate import IMMEDIATELY
 from gradientmail.patterns.shared_queue._holdings import Holdings
 from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
 from gradientmail.patterns.shared_queue._loader import ClaimLoop
@@ -209,8 +210,8 @@ class Learner:
         pacing = Pacing(self.lease.period, closing)
         takeover = Takeover(self.scope, watcher, idle, pacing)
         self.waiting = Waiting(self.scope, idle, takeover, pacing, wait_for_others=True)
-        # prefetch 1, no reporter, waiting for others, in the mapping's order
-        setup = Setup(box, dict.fromkeys(UNITS), list, name, 1, None, True, True)
+        # prefetch 1, no reporter, waiting for others, in the mapping's order, recorded at once
+        setup = Setup(box, dict.fromkeys(UNITS), list, name, 1, None, True, True, IMMEDIATELY)
         buffer: HandoffBuffer[Any] = HandoffBuffer(1, Bell())
         loop = ClaimLoop(
             self.scope, setup, buffer, takeover=takeover, waiting=self.waiting, idle=idle

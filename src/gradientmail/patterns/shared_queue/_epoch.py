@@ -43,7 +43,7 @@ from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
 from gradientmail.patterns.shared_queue._loader import ClaimLoop
 from gradientmail.patterns.shared_queue._pacing import Pacing
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
-from gradientmail.patterns.shared_queue._recorder import CompletionGate, CompletionRecorder
+from gradientmail.patterns.shared_queue._recorder import CompletionRecorder
 from gradientmail.patterns.shared_queue._scope import Scope, Setup
 from gradientmail.patterns.shared_queue._stats import QueueStats
 from gradientmail.patterns.shared_queue._takeover import Takeover
@@ -126,28 +126,22 @@ class EpochRun(Generic[T]):
         )
         name = f"gradientmail-shared-queue-{setup.learner_id}-epoch-{self.epoch}"
         loader = Worker(name, lambda _stop: loop.run())
-        recorder = CompletionRecorder(scope, worker=self.worker, wake=self._buffer.put_control)
+        recorder = CompletionRecorder(
+            scope, gate=setup.gate, worker=self.worker, wake=self._buffer.put_control
+        )
         return _Parts(scope, loop, loader, recorder)
-
-    def hold_completions(self, gate: CompletionGate, slack: int) -> None:
-        """Record each completion only once ``gate`` opens for it (before the first item).
-
-        ``slack``: the most units whose items may wait downstream for the gate; the loader
-        may hold that many more units, so that waiting completions never stall it.
-        """
-        self._parts.recorder.gate = gate
-        self._parts.loop.held_limit += slack
 
     @property
     def error(self) -> BaseException | None:
-        """The first failure recording a completion (a gated run's last ones are recorded
-        by :meth:`close`, so this is where they are seen)."""
+        """The first failure recording a completion (where the last ones are recorded by
+        :meth:`close`, this is where they are seen)."""
         return self._parts.recorder.error
 
     @property
-    def gated(self) -> bool:
-        """Whether completions wait for a gate (then :meth:`close` may wait for it)."""
-        return self._parts.recorder.gate is not None
+    def completes_at_close(self) -> bool:
+        """Whether the epoch's last completions may wait for items still downstream (its
+        gate has slack): then :meth:`close`, not the end of :meth:`take`, records them."""
+        return self.setup.gate.slack > 0
 
     def start(self) -> None:
         """Start the loader and the recorder threads."""
@@ -194,9 +188,9 @@ class EpochRun(Generic[T]):
             elif isinstance(entry, Failed):
                 entry.carried.reraise(self.worker, entry.context)
             else:  # Exhausted: the loader found the epoch over
-                if not self.gated:
-                    # Gated completions wait for items still downstream, which may wait for
-                    # this very call to return: close() records them.
+                if not self.completes_at_close:
+                    # Else the last completions wait for items still downstream, which may
+                    # wait for this very call to return: close() records them.
                     parts.recorder.flush()
                     if parts.recorder.error is not None:
                         raise parts.recorder.error
@@ -219,8 +213,8 @@ class EpochRun(Generic[T]):
         parts.recorder.stop()
         if parts.scope.lease.lost or isinstance(parts.recorder.error, LeaseLostError):
             return True
-        if not self._ended or self.gated:
-            # Ended, a gated run may still hold units whose items were dropped downstream.
+        if not self._ended or self.completes_at_close:
+            # Ended, it may still hold units whose items were dropped downstream.
             self._release_held()
         return False
 

@@ -96,7 +96,9 @@ class ClaimLoop:
         self.takeover = takeover
         self.waiting = waiting
         self.idle = idle
-        self.held_limit = buffer.capacity + 2
+        #: The most units held at once: the buffer's, one being loaded, one being recorded,
+        #: and those whose completions may wait for the gate.
+        self.held_limit = buffer.capacity + 2 + setup.gate.slack
 
     @property
     def others_unfinished(self) -> bool:
