@@ -1897,6 +1897,38 @@ MUTANTS: tuple[Mutant, ...] = (
         killers=2,
     ),
     Mutant(
+        "loop-waits-for-a-dead-worker",
+        "_torch_data/acks.py",
+        (
+            (
+                "        return pid == 0 or any(",
+                "        return True or any(",
+            ),
+        ),
+        (
+            "tests/torch/test_loader.py::test_the_end_of_an_iteration_does_not_wait_for_a_worker_that_died_before_its_last_records",
+            "tests/torch/test_loader.py::test_a_worker_that_dies_closing_its_iteration_fails_the_loop_instead_of_hanging",
+        ),
+        "the end of an iteration waits forever for a DataLoader worker that died before it "
+        "closed its queue",
+        killers=2,
+    ),
+    Mutant(
+        "finished-iteration-keeps-its-workers",
+        "_torch_data/loader.py",
+        (
+            (
+                "                self._inner = self._runner = None\n",
+                "                pass\n",
+            ),
+        ),
+        (
+            "tests/torch/test_loader.py::test_an_iteration_run_to_its_end_stops_its_workers_unless_they_persist",
+        ),
+        "a SharedQueueLoader iteration run to its end keeps its (non-persistent) workers up "
+        "for as long as its iterator is held",
+    ),
+    Mutant(
         "plot-axis-starts-at-the-session",
         "_status_plot.py",
         (("    if begins:\n        return min(begins)\n", ""),),
