@@ -87,6 +87,83 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    # -- the recipe for unequal learners -------------------------------------------------------
+    Mutant(
+        "exchange-infinite-buffer-becomes-nan",
+        "_exchange/tensors.py",
+        (
+            (
+                "torch.where(a == b, torch.zeros((), dtype=a.dtype, device=a.device), a - b)",
+                "a - b",
+            ),
+        ),
+        ("tests/torch/test_exchange_shared_state.py",),
+        "an unchanged -inf buffer (an attention mask) gives -inf - -inf = NaN in every delta "
+        "and adoption: every learner's mask, and the shared one, becomes NaN",
+    ),
+    Mutant(
+        "exchange-late-fresh-version-replaces-the-next-result",
+        "_exchange/handoff.py",
+        (("            if self._result is outcome:\n", "            if True:\n"),),
+        ("tests/torch/test_exchange_recipe.py",),
+        "a newer version read after the loop took its exchange's result replaces the next "
+        "exchange's result: that exchange's own progress is adopted over, and lost",
+    ),
+    Mutant(
+        "exchange-fresh-version-not-anchored",
+        "_exchange/handoff.py",
+        (("                self.applier.adopted(shared, version)\n", ""),),
+        ("tests/torch/test_exchange_recipe.py",),
+        "the loop adopts a fresher version but the next delta is measured from the older "
+        "anchor: the other learners' progress in between is applied twice",
+    ),
+    Mutant(
+        "exchange-delta-ignores-its-sample-share",
+        "_exchange/rules.py",
+        (
+            (
+                "            weight = share * max(1, active)",
+                "            weight = 1.0",
+            ),
+        ),
+        ("tests/torch/test_exchange_recipe.py",),
+        "every delta weighs 1/N whatever samples it covers: a slow learner's small batches "
+        "move the shared model as much as the fastest learner's",
+    ),
+    Mutant(
+        "exchange-batch-not-scaled-by-speed",
+        "_exchange/pace.py",
+        (
+            (
+                "round(batch_size * fastest / mine.seconds_per_sample)",
+                "batch_size",
+            ),
+        ),
+        ("tests/torch/test_exchange_pace.py", "tests/torch/test_exchange_recipe.py"),
+        "every learner takes batch_size items whatever its speed: the slow learners step "
+        "less often and their deltas go stale",
+    ),
+    Mutant(
+        "exchange-pace-outlier-not-capped",
+        "_exchange/pace.py",
+        (("                interval = min(interval, OUTLIER * self.seconds_per_sample)\n", ""),),
+        ("tests/torch/test_exchange_pace.py",),
+        "one long pause (an evaluation, a checkpoint) enters the pace whole: the learner's "
+        "batch shrinks for many steps after it",
+    ),
+    Mutant(
+        "exchange-normal-staleness-damped",
+        "_exchange/rules.py",
+        (
+            (
+                "((1 + max(0.0, expected)) / (1 + max(0, staleness)))",
+                "(1 / (1 + max(0, staleness)))",
+            ),
+        ),
+        ("tests/torch/test_exchange_pace.py",),
+        "a delta as stale as the learners' paces make normal is damped anyway: the shared "
+        "model under-steps (the outer rule's 1 / (1 + tau))",
+    ),
     # -- the pipeline over a mailbox ---------------------------------------------------------
     Mutant(
         "pipeline-end-ignores-count",
@@ -1360,8 +1437,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "backends/local.py",
         (
             (
-                "                if current is None or current.version != version:\n",
-                "                if current is None:\n",
+                "            return current is not None and current.version == version\n",
+                "            return current is not None\n",
             ),
         ),
         ("tests/contract/test_contract.py",),
@@ -1369,7 +1446,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "file-cas-without-flock",
-        "backends/local.py",
+        "backends/_local_root.py",
         (
             (
                 """                fcntl.flock(fd, fcntl.LOCK_EX)
@@ -1380,8 +1457,153 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         ("tests/backends/test_local_cas_locking.py",),
-        "file:// compare-and-swap, put and delete lock the key's stripe only within the "
+        "file:// compare-and-swap and put lock the key's stripe only within the "
         "process: two processes can both swap from one version",
+    ),
+    Mutant(
+        "file-delete-ignores-swaps",
+        "backends/_local_swaps.py",
+        (
+            (
+                "            os.rename(leaf, name, src_dir_fd=parent, dst_dir_fd=staging)\n",
+                "            os.unlink(leaf, dir_fd=parent)\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "file:// delete unlinks the key's file whatever swap is announced: a swap that read "
+        "the key before the delete places its value after it",
+        killers=2,
+    ),
+    Mutant(
+        "file-swap-skips-its-announcement",
+        "backends/_local_swaps.py",
+        (
+            (
+                "        fd = _announce(staging, name, staged)\n",
+                '        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=staging)\n',
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// swap places its value from .tmp without announcing itself: a delete "
+        "between its read and its rename is undone, a create there overwritten",
+        killers=2,
+    ),
+    Mutant(
+        "file-swap-trusts-its-first-read",
+        "backends/local.py",
+        (
+            (
+                "swaps.swap(staging, name, staged, matches, place)",
+                "swaps.swap(staging, name, staged, lambda: True, place)",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py", "tests/backends/test_local_cas_locking.py"),
+        "a file:// swap trusts the version it read before taking the lock and announcing "
+        "itself: a write in between is overwritten",
+        killers=2,
+    ),
+    Mutant(
+        "file-delete-waits-for-a-stopped-swap",
+        "backends/_local_swaps.py",
+        (
+            (
+                "            _cancel(staging, name)  # a swap of this key is announced\n",
+                "            pass  # a swap of this key is announced: wait for it\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// delete that meets a swap's announcement waits for it instead of cancelling "
+        "it, so a swap stopped inside its lock holds up the key's deletes too",
+        killers=2,
+    ),
+    Mutant(
+        "file-swap-blocked-by-what-a-dead-one-left",
+        "backends/_local_swaps.py",
+        (
+            (
+                "            _clear(staging, name)  # a deleter's moved file, or a dead swap's "
+                "announcement\n",
+                "            pass  # a deleter's moved file, or a dead swap's announcement\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// swap cannot announce itself while a killed swap's announcement or a "
+        "stopped delete's moved file is in the way: the key can no longer be swapped",
+        killers=2,
+    ),
+    Mutant(
+        "file-swap-fails-when-a-delete-took-its-name",
+        "backends/_local_swaps.py",
+        (
+            (
+                "        except (FileNotFoundError, NotADirectoryError):\n",
+                "        except FileNotFoundError:\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py", "tests/backends/test_local_linearizable.py"),
+        "a file:// swap whose announcement a delete removed while empty, moving the key's file "
+        "to that name, fails with a BackendError instead of reading the key again",
+    ),
+    Mutant(
+        "file-open-keeps-dead-announcements",
+        "backends/local.py",
+        (("                swaps.sweep(staging)\n", ""),),
+        ("tests/backends/test_local_deletes.py",),
+        "opening a file:// mailbox leaves a killed swap's announcement (and the hard link to "
+        "its value) in .tmp forever",
+    ),
+    Mutant(
+        "file-delete-takes-the-lock",
+        "backends/local.py",
+        (
+            (
+                "            with self._managed(fs.STAGING) as staging:\n"
+                "                chain = fs.open_chain(root, names)\n",
+                "            with self._dir.locked(key), self._managed(fs.STAGING) as staging:\n"
+                "                chain = fs.open_chain(root, names)\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "file:// delete holds the key's lock stripe, as it once did: a process stopped inside "
+        "a swap, or inside a delete, holds up every delete and swap of that stripe",
+        killers=2,
+    ),
+    Mutant(
+        "file-delete-keeps-empty-folders",
+        "backends/local.py",
+        (
+            (
+                "                        fs.prune_empty(root, chain, names)\n",
+                "                        pass\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "file:// delete leaves its key's empty folders behind: one per version an exchange "
+        "ever wrote, each walked by every listing (the 40,000-version test of "
+        "test_exchange_file_store.py catches it too, in minutes)",
+        killers=2,
+    ),
+    Mutant(
+        "file-create-into-a-removed-folder-fails",
+        "backends/local.py",
+        (
+            (
+                "                            continue  # emptied and removed since we opened it: "
+                "make it again\n",
+                "                            raise\n",
+            ),
+        ),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// create whose folder a delete removed before it placed its value fails "
+        "instead of making the folder again",
+    ),
+    Mutant(
+        "file-walk-gives-up-on-a-removed-folder",
+        "backends/_local_fs.py",
+        (("    for _ in range(REMADE if create else 0):\n", "    for _ in range(0):\n"),),
+        ("tests/backends/test_local_deletes.py",),
+        "a file:// create whose parent folder a delete removed while it made the folders of "
+        "its key fails instead of making it again",
     ),
     Mutant(
         "keys-allow-dot-dot",
@@ -1405,16 +1627,12 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-counted-before-published",
-        "_exchange/learner.py",
+        "_exchange/applier.py",
         (
             (
-                "        return self._applier.apply(snapshot, leaving, blocked_s)",
-                "        shared, version, count = self._applier.apply(\n"
-                "            snapshot, leaving, blocked_s\n"
-                "        )\n"
-                "        with self._lock:\n"
-                "            self._stats = count(self._stats)\n"
-                "        return shared, version, lambda s: s",
+                "        return Outcome(self.anchor, head.version, tau, applied)",
+                "        self.tally.exchanged(version=head.version, tau=tau, applied=applied)\n"
+                "        return Outcome(self.anchor, head.version, None, applied)",
             ),
         ),
         (
@@ -1443,8 +1661,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/learner.py",
         (
             (
-                "shared.to(current.device) + (current - self._snapshot.to(current.device))\n",
-                "shared.to(current.device)\n",
+                "shared.to(values.device) + (values - snapshot.to(values.device)),\n",
+                "shared.to(values.device),\n",
             ),
         ),
         ("tests/torch/test_exchange.py::test_sixteen_threads_apply_every_delta_exactly_once",),
@@ -1452,7 +1670,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-stale-cache",
-        "_exchange/applier.py",
+        "_exchange/reader.py",
         (
             (
                 "        if self._cached is not None and self._cached[0] == head.token:",
@@ -1520,6 +1738,401 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a reader that meets a collected fragment uses what it has instead of reading the "
         "head again: a version read half from another",
+    ),
+    # -- the exchange used the wrong way (issue 49) --
+    Mutant(
+        "exchange-leave-judged-by-a-counter",
+        "_exchange/learner.py",
+        (
+            (
+                "        if leaving and self._tensors.equal(self._handoff.applier.anchor):",
+                "        if leaving and self._since == 0:",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_use.py::test_leaving_exchanges_training_that_no_step_call_counted",
+        ),
+        "leaving trusts the step counter: training no step() counted is discarded",
+    ),
+    Mutant(
+        "exchange-optimizer-not-hooked",
+        "_exchange/learner.py",
+        (
+            (
+                "            self._hook = self._optimizer.register_step_post_hook("
+                "self._optimizer_stepped)",
+                "            pass",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_use.py::test_the_optimizer_hook_counts_each_optimizer_step_without_a_step_call",
+            "tests/torch/test_exchange_use.py::test_with_gradient_accumulation_the_hook_counts_optimizer_steps_not_micro_batches",
+        ),
+        "optimizer= is accepted but its steps are never counted: no exchange before leaving",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-hook-outlives-the-with-block",
+        "_exchange/learner.py",
+        (("            self._hook.remove()\n", "            pass\n"),),
+        ("tests/torch/test_exchange_use.py::test_the_hook_goes_with_the_with_block",),
+        "the optimizer keeps calling a left Exchange, and its steps raise after the with block",
+    ),
+    Mutant(
+        "exchange-steps-counted-twice",
+        "_exchange/learner.py",
+        (
+            (
+                "        if self._optimizer is not None:\n            raise",
+                "        if False:\n            raise",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_use.py::test_step_is_refused_when_the_optimizer_counts_the_steps",
+        ),
+        "step() beside the optimizer hook counts every step twice, silently",
+    ),
+    Mutant(
+        "exchange-step-outside-the-with-block",
+        "_exchange/learner.py",
+        (('        if self._phase != "entered":\n', "        if False:\n"),),
+        ("tests/torch/test_exchange_use.py::test_step_outside_the_with_block_is_refused",),
+        "step() before entering or after leaving does nothing, silently",
+    ),
+    Mutant(
+        "exchange-entered-twice",
+        "_exchange/learner.py",
+        (('        if self._phase != "new":\n', "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_use.py::test_entering_the_same_exchange_twice_is_refused_and_never_hangs",
+        ),
+        "a second with block on one Exchange hangs at its end",
+    ),
+    Mutant(
+        "exchange-memory-in-several-processes",
+        "_exchange/options.py",
+        (("    if where is not None:\n", "    if False:\n"),),
+        (
+            "tests/torch/test_exchange_processes.py::test_memory_in_a_torch_distributed_job_of_several_processes_is_refused",
+            "tests/torch/test_exchange_processes.py::test_memory_in_a_spawned_process_is_refused",
+            "tests/torch/test_exchange_processes.py::test_memory_in_a_dataloader_worker_is_refused",
+        ),
+        "memory:// is accepted in several processes: each trains its own model, unseen",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-buffers-stay-local",
+        "_exchange/tensors.py",
+        (("        if buffers:\n", "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_buffers_travel_with_the_parameters_and_load_shared_fills_them",
+            "tests/torch/test_exchange_shared_state.py::test_batch_norm_statistics_are_shared_so_the_loaded_model_evaluates_as_the_learners",
+        ),
+        "buffers are never shared: BatchNorm statistics differ per learner and load_shared "
+        "returns a model that evaluates wrong",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-load-shared-skips-buffers",
+        "_exchange/learner.py",
+        (
+            (
+                'buffers=bool(settings.get("buffers", False))',
+                "buffers=False",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_buffers_travel_with_the_parameters_and_load_shared_fills_them",
+            "tests/torch/test_exchange_shared_state.py::test_batch_norm_statistics_are_shared_so_the_loaded_model_evaluates_as_the_learners",
+        ),
+        "load_shared fills the parameters but leaves the model's buffers as they were",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-counts-last-writer-wins",
+        "_exchange/applier.py",
+        (
+            (
+                "            counts = torch.maximum(current.counts, snapshot.counts)",
+                "            counts = snapshot.counts",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_buffers_travel_with_the_parameters_and_load_shared_fills_them",
+        ),
+        "an integer buffer takes the last learner's value, not the largest",
+    ),
+    Mutant(
+        "exchange-adopt-drops-larger-counts",
+        "_exchange/learner.py",
+        (
+            (
+                "                torch.maximum(outcome.shared.counts, counts),",
+                "                counts,",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_buffers_travel_with_the_parameters_and_load_shared_fills_them",
+        ),
+        "adopting keeps the learner's own integer buffers, not the shared largest value",
+    ),
+    Mutant(
+        "exchange-settings-unchecked",
+        "_exchange/layout.py",
+        (
+            (
+                "        if name in settings and settings[name] != value:",
+                "        if False:",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_a_learner_asking_for_another_shared_setting_is_refused_naming_both_values",
+            "tests/torch/test_exchange_shared_state.py::test_the_momentum_of_a_rule_object_is_a_shared_setting_too",
+        ),
+        "a learner with another outer_lr, staleness or window joins, and moves the shared "
+        "model by its own rule, silently",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-frozen-not-warned",
+        "_exchange/learner.py",
+        (("        if frozen is not None:\n", "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_a_parameter_frozen_here_but_trained_by_the_first_learner_is_warned_about",
+        ),
+        "a parameter frozen on one learner and trained on another moves, without a word",
+    ),
+    Mutant(
+        "exchange-caches-unrounded-values",
+        "_exchange/store.py",
+        (
+            (
+                "        return Written(token, count, min(step, len(data)), "
+                "State(stored, state.counts))",
+                "        return Written(token, count, min(step, len(data)), state)",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_shared_state.py::test_a_bf16_wire_stores_the_shared_weights_in_bf16_and_never_moves_a_frozen_one_again",
+        ),
+        "the writer keeps the unrounded values it wrote in bf16: each version rounds them "
+        "anew, and weights nobody trains drift",
+    ),
+    # -- the exchange and a failing store (issue 49) --
+    Mutant(
+        "exchange-not-patient",
+        "_exchange/options.py",
+        (
+            (
+                '        Patient(mailbox, patience, closing, f"exchange learner {learner!r}"),',
+                "        mailbox,",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_outages.py::test_an_outage_is_ridden_out_steps_never_wait_and_the_progress_lands_once",
+            "tests/torch/test_exchange_outages.py::test_a_join_during_an_outage_waits_for_the_store",
+            "tests/torch/test_exchange_outages.py::test_eight_threads_under_random_faults_apply_every_delta_exactly_once",
+        ),
+        "the exchange gives up after the mailbox's own retries (about a second): a short "
+        "outage kills every learner",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-outage-outlives-the-exit",
+        "_exchange/handoff.py",
+        (("        self.closing.set()\n", ""),),
+        (
+            "tests/torch/test_exchange_outages.py::test_leaving_through_an_exception_during_an_outage_does_not_wait_it_out",
+        ),
+        "a learner leaving through an exception waits out the whole outage first",
+    ),
+    Mutant(
+        "exchange-unknown-create-fatal",
+        "_exchange/store.py",
+        (
+            (
+                "            except OutcomeUnknownError:\n"
+                "                if self.tally is not None:",
+                "            except OutcomeUnknownError:\n                raise\n"
+                "                if self.tally is not None:",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_outages.py::test_a_layout_create_whose_outcome_is_unknown_is_settled_by_reading_it_back",
+            "tests/torch/test_exchange_outages.py::test_fragment_creates_whose_outcome_is_unknown_are_settled_and_applied_once",
+        ),
+        "a create of the layout or a fragment whose response is lost kills the learner",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-failed-delete-fatal",
+        "_exchange/store.py",
+        (
+            (
+                "                log.info("
+                '"could not delete %s (%s); left for the sweep", key, exc)',
+                "                raise",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_outages.py::test_a_failed_delete_after_a_landed_swap_is_logged_and_never_fatal",
+        ),
+        "a delete the store refuses after a landed swap kills the learner",
+    ),
+    # -- damaged or foreign records under a shared model (issue 49) --
+    Mutant(
+        "exchange-unreadable-read-for-ever",
+        "_exchange/reader.py",
+        (
+            (
+                "        if now - since >= UNREADABLE_AFTER_S or stopping:\n",
+                "        if stopping:\n",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_missing_fragment_is_named_by_every_reader_and_a_joiner_never_swaps_over_it",
+            "tests/torch/test_exchange_damage.py::test_a_head_naming_an_absent_token_is_named",
+            "tests/torch/test_exchange_damage.py::test_a_running_learner_meeting_an_unreadable_version_raises_at_a_step",
+            "tests/torch/test_exchange_reader.py::test_an_unreadable_version_is_read_again_at_once_then_paused_doubling_up_to_the_bound",
+        ),
+        "a head naming a version that cannot be read makes every reader spin for ever",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-unreadable-outlives-the-exit",
+        "_exchange/reader.py",
+        (
+            (
+                "        stopping = self._stop is not None and self._stop.is_set()",
+                "        stopping = False",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_leaving_through_an_exception_ends_the_wait_on_an_unreadable_version",
+        ),
+        "a learner leaving through an exception waits out the unreadable version's bound",
+    ),
+    Mutant(
+        "exchange-fragment-length-unchecked",
+        "_exchange/store.py",
+        (
+            (
+                "            if total:\n                self._check_length(",
+                "            if False:\n                self._check_length(",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_fragment_of_the_wrong_length_is_refused_naming_it_and_both_lengths",
+        ),
+        "a fragment 4 bytes longer shifts every value silently; a shorter one raises an "
+        "untyped error naming no key",
+    ),
+    Mutant(
+        "exchange-fragment-count-unchecked",
+        "_exchange/store.py",
+        (("            if head.fragments != expected:\n", "            if False:\n"),),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_head_naming_more_fragments_than_the_layout_makes_is_refused_at_once",
+        ),
+        "a head naming more fragments than the layout makes is read until the bound, and "
+        "blamed on a missing fragment",
+    ),
+    Mutant(
+        "exchange-deleted-head-starts-over",
+        "_exchange/membership.py",
+        (("                if store.stored_versions() > 0:\n", "                if False:\n"),),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_deleted_head_with_versions_still_stored_is_refused_not_started_over",
+        ),
+        "a deleted head makes the next joiner start a new model from its own weights, "
+        "dropping the training stored",
+    ),
+    Mutant(
+        "exchange-deleted-layout-rewritten",
+        "_exchange/store.py",
+        (
+            (
+                "before the head\n            if stored is None:\n",
+                "before the head\n            if False:\n",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_deleted_layout_is_refused_and_never_rewritten_by_another_shape",
+        ),
+        "a deleted layout lets a joiner of another shape write its own over a running model",
+    ),
+    Mutant(
+        "exchange-head-may-go-back",
+        "_exchange/watch.py",
+        (("        if head.version < self._highest:\n", "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_head_restored_from_an_older_copy_is_refused_by_a_learner_that_saw_newer",
+            "tests/torch/test_exchange_reader.py::test_a_head_older_than_one_read_before_is_refused",
+        ),
+        "a head restored from an older copy is accepted: the training since is dropped",
+        killers=2,
+    ),
+    Mutant(
+        "exchange-head-version-unchecked",
+        "_exchange/layout.py",
+        (("        if token_version(head.token) != head.version:\n", "        if False:\n"),),
+        ("tests/torch/test_exchange_damage.py::test_a_head_whose_version_was_set_back_is_refused",),
+        "a head whose version number was set back is accepted",
+    ),
+    Mutant(
+        "exchange-emptied-ledger-taken-for-a-restart",
+        "_exchange/applier.py",
+        (
+            (
+                "            if entry is None:\n                raise InvalidDataError(",
+                "            if False:\n                raise InvalidDataError(",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange_damage.py::test_an_emptied_ledger_is_refused_as_damage_not_taken_for_a_newer_process",
+        ),
+        "an emptied ledger is reported as a newer process having replaced this one",
+    ),
+    Mutant(
+        "exchange-clock-skew-unwarned",
+        "_exchange/watch.py",
+        (("        if off > allowed:\n", "        if False:\n"),),
+        (
+            "tests/torch/test_exchange_damage.py::test_a_writer_whose_clock_is_far_ahead_is_warned_about_once",
+            "tests/torch/test_exchange_reader.py::test_a_writer_clock_off_by_more_than_a_quarter_window_is_warned_about",
+        ),
+        "a learner whose clock is far off changes the outer step without a word",
+        killers=2,
+    ),
+    Mutant(
+        "status-json-counts-no-exchanges",
+        "_exchange/report.py",
+        (
+            (
+                '            "exchanges": sum(entry.seq for entry in head.learners.values()),',
+                '            "exchanges": 0,',
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::test_status_json_has_the_shared_model_section_even_without_a_queue_run",
+            "tests/torch/test_exchange.py::test_status_json_of_a_queue_run_beside_a_shared_model_has_both",
+        ),
+        "status --json reports no exchanges for a shared model that trained",
+        killers=2,
+    ),
+    Mutant(
+        "status-json-prints-a-table-for-shared-models-alone",
+        "_cli/status.py",
+        (
+            (
+                "                if args.json:  # a mailbox that holds shared models alone",
+                "                if False:",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::test_status_json_has_the_shared_model_section_even_without_a_queue_run",
+        ),
+        "status --json on a mailbox holding only a shared model prints the table, exit 0",
     ),
     # -- the mechanisms this round fixed: each mutant is the bug a test was written for --
     Mutant(

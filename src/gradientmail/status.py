@@ -294,6 +294,10 @@ def as_json(status: RunStatus, url: str) -> dict[str, Any]:
     epochs flow and two are open) and, where recorded, the other keys of
     ``_LEARNER_FIELDS``: counts, ``rate`` (samples/s), seconds and unix times), and
     ``unreadable`` (keys).
+    ``gradientmail status --json`` adds ``shared_models``, the shared models of
+    ``gradientmail.torch.Exchange`` in the mailbox (see ``docs/exchange.md``); on a mailbox
+    that holds shared models but no queue run it prints ``schema``, ``url``, ``now`` and
+    ``shared_models`` alone.
     New keys may be added; existing ones keep their meaning within a version. Version 2
     changed ``complete`` (in version 1, the epoch shown alone, now ``epoch_complete``).
     """

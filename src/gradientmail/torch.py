@@ -72,10 +72,9 @@ spawns them (``multiprocessing_context="spawn"``): use module-level functions fo
 
 from __future__ import annotations
 
-from gradientmail._exchange.learner import Exchange
+from gradientmail._exchange.learner import Exchange, load_shared
 from gradientmail._exchange.rules import Average, DelayedNesterov
 from gradientmail._exchange.stats import ExchangeStats, ExchangeTraffic
-from gradientmail._exchange.store import load_shared
 from gradientmail._torch_data.dataset import SharedQueueDataset
 from gradientmail._torch_data.loader import SharedQueueLoader
 

@@ -1,11 +1,14 @@
-"""file:// compare-and-swap, put and delete hold the key's lock across processes.
+"""file:// compare-and-swap and put hold the key's lock across processes; delete takes none.
 
-A file:// swap reads the key's version and then renames the new value into place; only the
-key's lock stripe (a process-local lock plus an ``flock`` on ``.locks/NN``) makes the two
-steps one. The process-local lock alone would pass every thread test, so each test here
-involves another process: one holds the key's lock and the swap must wait for it; two
-processes increment one counter and no increment may be lost. Threads on separate handles
-are checked too.
+A file:// swap reads the key's version and then renames the new value into place; the
+key's lock stripe (a process-local lock plus an ``flock`` on ``.locks/NN``) keeps other
+swaps and puts out of that window. The process-local lock alone would pass every thread
+test, so each test here involves another process: one holds the key's lock and the swap
+must wait for it; two processes increment one counter and no increment may be lost.
+Threads on separate handles are checked too. A delete takes no lock (a process stopped
+inside one would hold up every other write of its stripe): it completes while another
+process holds the key's lock (how it still never lands inside a swap is pinned by
+``test_local_deletes.py``).
 
 That a write waits is shown without watching it for a while: Linux lists in ``/proc/locks``
 every ``flock`` a process is blocked on (a line marked ``->``, naming the locked file's
@@ -69,13 +72,16 @@ def _blocked_flock_inodes() -> set[int]:
     return blocked
 
 
-def hold_key_lock(url: str, key: str, locked: Any, release: Any) -> None:
-    """In another process: hold ``key``'s lock (as a writer of that key does) until told."""
+def hold_key_lock(url: str, key: str, locked: Any, release: Any, let_go: Any = None) -> None:
+    """In another process: hold ``key``'s lock (as a writer of that key does) until told;
+    then set ``let_go``, if given."""
     box = from_url(url)
     assert isinstance(box, FileMailbox)
-    with box._locked(key):
+    with box._dir.locked(key):
         locked.set()
         release.wait(JOIN)
+    if let_go is not None:
+        let_go.set()
 
 
 def _swap(box: Any) -> None:
@@ -86,10 +92,9 @@ def _swap(box: Any) -> None:
 WRITES = {
     "put_if_match": _swap,
     "put": lambda box: box.put(KEY, b"put"),
-    "delete": lambda box: box.delete(KEY),
 }
-#: What the key holds once each write has run (``None``: no key).
-AFTER = {"put_if_match": b"swapped", "put": b"put", "delete": None}
+#: What the key holds once each write has run.
+AFTER = {"put_if_match": b"swapped", "put": b"put"}
 
 
 def _value(box: Any) -> bytes | None:
@@ -142,6 +147,25 @@ def test_a_write_waits_while_another_process_holds_the_keys_lock(rig_file: Rig, 
     assert errors == []
     assert holder.exitcode == 0
     assert _value(box) == AFTER[write]
+
+
+def test_a_delete_completes_while_another_process_holds_the_keys_lock(rig_file: Rig) -> None:
+    url = rig_file.url()
+    box = rig_file.open(url)
+    box.put(KEY, b"before")
+    ctx = mp.get_context("spawn")
+    locked, release, let_go = ctx.Event(), ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=hold_key_lock, args=(url, KEY, locked, release, let_go))
+    holder.start()
+    try:
+        assert locked.wait(JOIN), "the other process never took the lock"
+        box.delete(KEY)  # a delete that waited for the lock returns only once it let go
+        assert not let_go.is_set(), "the delete waited for the other process's lock"
+        assert _value(box) is None
+    finally:
+        release.set()
+        holder.join(JOIN)
+    assert holder.exitcode == 0
 
 
 def test_cas_counters_in_two_processes_lose_no_increment(rig_file: Rig) -> None:

@@ -1,5 +1,4 @@
-"""The README's Python blocks (and those of docs/testing.md and docs/conformance.md) run
-as pasted.
+"""The README's Python blocks run as pasted (``test_docs_blocks`` runs those of ``docs/``).
 
 A block whose first line is ``# a sketch: ...`` names what the reader supplies and is
 left out; every other block is saved as a script and run in a fresh interpreter (as a user
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ("README.md", "docs/testing.md", "docs/conformance.md")
+PAGES = ("README.md",)
 
 
 def _blocks() -> list[tuple[str, int, str]]:

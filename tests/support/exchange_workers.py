@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +30,44 @@ def flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def initial() -> torch.Tensor:
+    """The integer model's parameters, flat: where every shared model of these tests starts."""
+    return flat(integer_model())
+
+
+def shared_now(box: Mailbox) -> torch.Tensor:
+    """The shared integer model's current parameters, flat."""
+    from gradientmail.torch import load_shared
+
+    model = integer_model()
+    load_shared(model, box)
+    return flat(model)
+
+
 def exact_exchange(
-    model: torch.nn.Module, box: Mailbox, learner: str, every: int, fragment_bytes: int = 16
+    model: torch.nn.Module,
+    box: Mailbox,
+    learner: str,
+    every: int,
+    fragment_bytes: int = 16,
+    **options: Any,
 ) -> Any:
     """An Exchange that moves the shared model by exactly each learner's progress.
 
-    ``outer_lr=1``, no staleness weight and no drop, in fragments of ``fragment_bytes`` (16:
-    a version spans several, so a half-written one would show).
+    ``outer_lr=1``, no staleness weight and no drop (``options`` may set others, the same
+    for every learner of a shared model), in fragments of ``fragment_bytes`` (16: a
+    version spans several, so a half-written one would show).
     """
     from gradientmail.torch import Exchange
 
+    exact: dict[str, Any] = {"outer_lr": 1.0, "staleness": None, "max_staleness": None}
     return Exchange(
         model,
         mailbox=box,
         learner_id=learner,
         every=every,
-        outer_lr=1.0,
-        staleness=None,
-        max_staleness=None,
         fragment_bytes=fragment_bytes,
+        **{**exact, **options},
     )
 
 
@@ -89,3 +110,36 @@ def progress(out: str) -> int:
     except FileNotFoundError:
         return 0
     return len(lines)
+
+
+def exchange_outcome(box: Mailbox, out: str) -> None:
+    """Build an Exchange over ``box`` in this process; write what happened to ``out``."""
+    from gradientmail.torch import Exchange
+
+    try:
+        Exchange(integer_model(), mailbox=box, learner_id="child")
+        Path(out).write_text("accepted")
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        Path(out).write_text(f"{type(exc).__name__}: {exc}")
+
+
+def totals_of_threads(learner: Callable[[int], int], count: int) -> dict[int, int]:
+    """Run ``learner(i)`` in ``count`` threads at once; return each one's total delta, and
+    fail on the first error any of them raised."""
+    totals: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            totals[i] = learner(i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert len(totals) == count, "every learner finished"
+    return totals

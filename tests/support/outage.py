@@ -28,6 +28,18 @@ class Outage:
         self.failures = Counter[str]()
         self._lock = threading.Lock()
 
+    def down_until_failed(self) -> threading.Thread:
+        """Go down now, and back up (from a thread, returned) once calls failed."""
+        self.down.set()
+
+        def end() -> None:
+            self.failed.wait(30)
+            self.down.clear()
+
+        ender = threading.Thread(target=end)
+        ender.start()
+        return ender
+
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self.inner, name)
         if not callable(attribute) or name in {"supports"}:

@@ -26,6 +26,11 @@ def _state(pid: int) -> str:
     return stat[stat.rindex(")") + 2]
 
 
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP) now."""
+    return _state(pid) == "T"
+
+
 def holds_a_lock(pid: int) -> bool:
     """Whether ``/proc/locks`` lists a lock (not a wait for one) held by ``pid``."""
     try:

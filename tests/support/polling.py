@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -15,3 +16,22 @@ def wait_until(
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(every)
+
+
+def returns_within(body: Callable[[], object], timeout: float, what: str) -> None:
+    """Run ``body`` in a thread; fail if it has not returned after ``timeout`` seconds (a
+    call that must not hang, or wait for the store), and re-raise what it raised."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=timeout)
+    assert not thread.is_alive(), f"{what} did not return within {timeout} s"
+    if errors:
+        raise errors[0]

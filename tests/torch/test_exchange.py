@@ -40,9 +40,12 @@ from tests.support.delegating import Delegating  # noqa: E402
 from tests.support.exchange_workers import (  # noqa: E402
     exact_exchange,
     flat,
+    initial,
     integer_model,
     integer_steps,
     progress,
+    shared_now,
+    totals_of_threads,
 )
 from tests.support.fault_profiles import PROFILES  # noqa: E402
 from tests.support.faultproxy import FaultProxy, Request  # noqa: E402
@@ -55,31 +58,27 @@ PROCESS_RIGS = ["rig_file", "rig_s3_seaweed", "rig_gcs", "rig_azure"]
 CTX = mp.get_context("spawn")
 
 
-def initial() -> Any:
-    return flat(integer_model())
-
-
-def shared_now(box: Mailbox) -> Any:
-    model = integer_model()
-    load_shared(model, box)
-    return flat(model)
-
-
 def _more(exchange: Exchange, than: int) -> bool:
     """More than ``than`` exchanges, or a failed thread (whose error the next step raises)."""
-    return exchange.stats.exchanges > than or exchange._error is not None
+    return exchange.stats.exchanges > than or exchange._handoff.error is not None
 
 
 def exact_steps(
-    box: Mailbox, learner: str, steps: int, size: int, every: int = 2, lockstep: bool = False
+    box: Mailbox,
+    learner: str,
+    steps: int,
+    size: int,
+    every: int = 2,
+    lockstep: bool = False,
+    **options: Any,
 ) -> int:
     """In this thread: integer steps through an exact Exchange; return the total delta.
 
     With ``lockstep``, each step waits until the exchange it started was applied, so that
-    every ``every`` steps make one exchange.
+    every ``every`` steps make one exchange. ``options`` go to the Exchange.
     """
     model = integer_model()
-    with exact_exchange(model, box, learner, every) as exchange:
+    with exact_exchange(model, box, learner, every, **options) as exchange:
         for _ in range(steps):
             with torch.no_grad():
                 for p in model.parameters():
@@ -101,22 +100,11 @@ def test_sixteen_threads_apply_every_delta_exactly_once(
 ) -> None:
     rig: Rig = request.getfixturevalue(rig_name)
     box = rig.fresh()
-    totals: dict[int, int] = {}
-    errors: list[BaseException] = []
 
-    def run(i: int) -> None:
-        try:
-            totals[i] = exact_steps(rig.open(box.url), f"t{i}", steps=12, size=i + 1, every=3)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+    def learner(i: int) -> int:
+        return exact_steps(rig.open(box.url), f"t{i}", steps=12, size=i + 1, every=3)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    assert not errors, errors
-    assert len(totals) == 16
+    totals = totals_of_threads(learner, 16)
     assert torch.equal(shared_now(box), initial() + sum(totals.values()))
 
 
@@ -220,7 +208,8 @@ def test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it() -> None:
     model = integer_model()
     applied, release = threading.Event(), threading.Event()
     with exact_exchange(model, box, "held", every=2) as exchange:
-        original = exchange._apply
+        applier = exchange._handoff.applier
+        original = applier.apply
 
         def held(*args: Any) -> Any:
             result = original(*args)
@@ -228,7 +217,7 @@ def test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it() -> None:
             assert release.wait(60), "the test never released the exchange thread"
             return result
 
-        exchange._apply = held  # type: ignore[method-assign]
+        applier.apply = held  # type: ignore[method-assign]
         exchange.step()
         exchange.step()  # the second step hands the thread its snapshot
         try:
@@ -245,7 +234,8 @@ def test_stats_count_an_exchange_only_once_the_next_step_can_adopt_it() -> None:
 def test_stats_count_the_requests_and_bytes_an_exchange_costs() -> None:
     """What the docs state an exchange costs, in ``stats.traffic``: two reads of the head,
     the current version's ``F`` fragments only when another learner applied since this
-    one's last exchange, ``F`` fragment writes and one swap of the head."""
+    one's last exchange, ``F`` fragment writes and one swap of the head; then one more read
+    of the head before the next step, for a fresher version (none here: nobody applied)."""
     box = from_url("memory://exchange-traffic")
     fragments, size = 4, 15 * 4  # 15 fp32 parameters in fragments of 16 bytes: 4 of them
     with (
@@ -257,6 +247,7 @@ def test_stats_count_the_requests_and_bytes_an_exchange_costs() -> None:
             before, done = exchange.stats.traffic, exchange.stats.exchanges
             exchange.step()
             wait_until(partial(_more, exchange, done), 30, "the exchange")
+            wait_until(exchange._handoff.settled, 30, "the read of a fresher version")
             after = exchange.stats.traffic
             return (
                 after.requests - before.requests,
@@ -266,12 +257,12 @@ def test_stats_count_the_requests_and_bytes_an_exchange_costs() -> None:
 
         head = len(box.get("exchange/model/head"))  # a few hundred bytes, about as read
         requests, read, written = one_exchange(a)  # nobody applied since a's anchor
-        assert requests == 2 + fragments + 1
-        assert read < 3 * head  # the head twice: no fragment read
+        assert requests == 2 + fragments + 1 + 1
+        assert read < 4 * head  # the head three times: no fragment read
         assert size <= written < size + 2 * head
         requests, read, written = one_exchange(b)  # a applied since b's anchor
-        assert requests == 2 + fragments + fragments + 1
-        assert size <= read < size + 3 * head
+        assert requests == 2 + fragments + fragments + 1 + 1
+        assert size <= read < size + 4 * head
         assert size <= written < size + 2 * head
 
 
@@ -282,7 +273,7 @@ def test_late_joiner_starts_from_the_current_shared_version() -> None:
     box = from_url("memory://exchange-late-join")
     exact_steps(box, "early", steps=6, size=2)
     late = torch.nn.Linear(4, 3)  # other initial values: the shared ones must replace them
-    with Exchange(late, mailbox=box, learner_id="late") as exchange:
+    with exact_exchange(late, box, "late", every=50) as exchange:
         assert torch.equal(flat(late), shared_now(box))
         assert exchange.stats.version > 0
 
@@ -294,7 +285,7 @@ def test_a_restart_with_the_same_id_continues_its_ledger_and_fences_the_old_proc
     old.__enter__()
     old.step()
     wait_until(lambda: old.stats.exchanges == 1, 30, "the first exchange")
-    with Exchange(new_model, mailbox=box, learner_id="same", every=1) as new:
+    with Exchange(new_model, mailbox=box, learner_id="same", every=1, outer_lr=1.0) as new:
         assert torch.equal(flat(new_model), shared_now(box))
         with pytest.raises(LeaseLostError, match="newer process"):  # noqa: PT012 - a loop
             for _ in range(1000):  # the old one's next exchange finds itself fenced
@@ -413,8 +404,8 @@ def test_a_paused_learner_stalls_no_one_and_its_delta_still_counts_once(
 def test_a_delta_staler_than_the_bound_is_dropped_and_the_learner_adopts_the_current() -> None:
     box = from_url("memory://exchange-stale")
     slow_model = integer_model()
-    with Exchange(slow_model, mailbox=box, learner_id="slow", every=1, max_staleness=2) as slow:
-        exact_steps(box, "fast", steps=8, size=1, every=1, lockstep=True)  # 8 versions
+    with exact_exchange(slow_model, box, "slow", every=1, max_staleness=2) as slow:
+        exact_steps(box, "fast", 8, 1, every=1, lockstep=True, max_staleness=2)  # 8 versions
         with torch.no_grad():
             for p in slow_model.parameters():
                 p -= 100
@@ -448,9 +439,9 @@ def test_the_default_rule_keeps_a_fresh_deltas_progress_and_averages_one_of_norm
         assert torch.equal(shared_now(box), initial() - 4 - 2)
 
 
-def test_a_fresh_delta_never_moves_the_shared_model_by_more_than_its_own_size() -> None:
-    """``outer_lr`` is the step at the normal staleness; with four learners joined, a
-    fresh delta would get four times it, but never more than the whole delta."""
+def test_an_outer_lr_is_the_fraction_of_a_fresh_delta_applied() -> None:
+    """``outer_lr`` given is the fraction of each delta applied, whatever the learners'
+    samples: with four learners joined, a fresh delta of 4 moves the shared model by 2."""
     box = from_url("memory://exchange-weight-cap")
     models = [integer_model() for _ in range(4)]
     with ExitStack() as stack:
@@ -463,7 +454,7 @@ def test_a_fresh_delta_never_moves_the_shared_model_by_more_than_its_own_size() 
                 p -= 4
         first.step()
         wait_until(partial(_more, first, 0), 60, "the exchange")
-        assert torch.equal(shared_now(box), initial() - 4)  # not 0.5 * 4 * 4 = 8
+        assert torch.equal(shared_now(box), initial() - 2)  # 0.5 * 4, not boosted for freshness
 
 
 # -- stability -----------------------------------------------------------------------------------
@@ -520,23 +511,62 @@ def test_outer_rules_converge_with_stale_deltas_at_a_speed_ratio_of_eight(rule: 
 # -- status ---------------------------------------------------------------------------------------
 
 
-def test_status_shows_the_shared_model_version_and_each_learners_exchanges(
-    rig_file: Rig, capsys: pytest.CaptureFixture[str]
-) -> None:
+def status_of_two_learners(
+    rig: Rig, capsys: pytest.CaptureFixture[str], *options: str
+) -> tuple[int, str]:
+    """``gradientmail status`` of a fresh mailbox where learner ``a`` made 3 exchanges and
+    then ``b`` 2: the shared model's version, and what status printed (exit status 0)."""
     from gradientmail._cli import main
 
-    box = rig_file.fresh()
+    box = rig.fresh()
     exact_steps(box, "a", steps=6, size=1, every=2, lockstep=True)
     exact_steps(box, "b", steps=4, size=1, every=2, lockstep=True)
     version = load_shared(integer_model(), box)
-    assert main(["status", box.url]) == 0  # a shared model alone is a run to report
-    out = capsys.readouterr().out
+    assert main(["status", box.url, *options]) == 0
+    return version, capsys.readouterr().out
+
+
+def test_status_shows_the_shared_model_version_and_each_learners_exchanges(
+    rig_file: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    version, out = status_of_two_learners(rig_file, capsys)  # a shared model alone: reported
     assert f"shared model 'model': version {version}, 2 learners" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
     assert rows["a"][1] == "3"  # three exchanges applied: 6 steps, every 2
     assert rows["b"][1] == "2"
     assert rows["b"][2] == "0", "b ran alone: nobody applied between its anchor and exchange"
     assert out.count(", left") == 2
+
+
+def test_status_json_has_the_shared_model_section_even_without_a_queue_run(
+    rig_file: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    version, out = status_of_two_learners(rig_file, capsys, "--json")
+    report = json.loads(out)
+    model = report["shared_models"]["model"]
+    assert model["version"] == version
+    assert model["exchanges"] == 5
+    rows = {row["learner"]: row for row in model["learners"]}
+    assert (rows["a"]["exchanges"], rows["b"]["exchanges"]) == (3, 2)
+    assert rows["b"]["staleness"] == 0
+    assert rows["a"]["left"]
+    assert rows["a"]["last_exchange_at"] > 0
+
+
+def test_status_json_of_a_queue_run_beside_a_shared_model_has_both(
+    rig_file: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gradientmail._cli import main
+    from gradientmail.patterns.shared_queue import shared_queue
+
+    box = rig_file.fresh()
+    with shared_queue({"u0": 0}, mailbox=box, learner_id="q", load=lambda n: [n]) as items:
+        assert list(items) == [0]
+    exact_steps(box, "a", steps=2, size=1, every=2, lockstep=True)
+    assert main(["status", box.url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["units"]["done"] == 1
+    assert report["shared_models"]["model"]["exchanges"] == 1
 
 
 class CollectsBeforeTheFirstFragmentRead(Delegating):
@@ -613,3 +643,11 @@ def test_a_learner_overtaken_while_it_computes_writes_no_fragments_of_the_lost_v
         assert a.stats.conflicts == 1
         assert len(watched.created) == fragments, "fragments written for a version that lost"
     assert torch.equal(shared_now(box), initial() - 2 - 2 - 1)
+
+
+def test_lease_is_the_former_name_of_active_window_and_still_works_with_a_warning() -> None:
+    box = from_url("memory://exchange-lease-renamed")
+    with pytest.warns(DeprecationWarning, match="active_window"):
+        Exchange(integer_model(), mailbox=box, learner_id="a", lease=5)
+    with pytest.raises(ConfigurationError, match="both"):
+        Exchange(integer_model(), mailbox=box, learner_id="a", lease=5, active_window=5)

@@ -17,7 +17,11 @@ import sys
 import time
 
 from gradientmail._errors import ConfigurationError
-from gradientmail._exchange.report import format_shared_models, read_shared_models
+from gradientmail._exchange.report import (
+    format_shared_models,
+    read_shared_models,
+    shared_models_json,
+)
 from gradientmail._urls import from_url
 from gradientmail.backends._options import redact
 from gradientmail.status import as_json, format_status, plot_gantt, read_status
@@ -79,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     mailbox = from_url(args.url)
     while True:
         status = read_status(mailbox, args.epoch)
-        models = format_shared_models(read_shared_models(mailbox))
+        heads = read_shared_models(mailbox)
+        models = format_shared_models(heads)
         if status.exists and not status.epochs.started:
             print(
                 f"epoch {status.epoch} of the run at {mailbox.url} has not started: the newest "
@@ -89,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         if not status.exists:
             if models:
+                if args.json:  # a mailbox that holds shared models alone
+                    record = {"schema": 2, "url": redact(mailbox.url), "now": status.now}
+                    record["shared_models"] = shared_models_json(heads)
+                    models = json.dumps(record, sort_keys=True)
                 print(models, flush=True)
                 return 0
             if args.watch:
@@ -101,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"no run at {mailbox.url}: no manifest, learner or claim", file=sys.stderr)
             return 1
         if args.json:
-            text = json.dumps(as_json(status, mailbox.url), sort_keys=True)
+            record = as_json(status, mailbox.url) | {"shared_models": shared_models_json(heads)}
+            text = json.dumps(record, sort_keys=True)
         else:
             text = format_status(status) + (f"\n\n{models}" if models else "")
         if args.watch and sys.stdout.isatty() and not args.json:

@@ -3,9 +3,13 @@
 Every key one shared model uses is named here, under ``exchange/{name}/``:
 
 ``layout``
-    ``{"params": [[name, shape, dtype], ...], "numel", "wire", "rule", "parts"}``, created
-    once with ``put_if_absent`` by the first learner. A learner whose model differs is
-    refused, naming the first difference.
+    ``{"params": [[name, shape, dtype], ...], "buffers": [...], "frozen": [names], "numel",
+    "counts", "shared": {setting: value}}``, created once with ``put_if_absent`` by the first
+    learner. ``shared`` holds the settings every learner must share (the wire dtype, the
+    outer rule and its step, the staleness weight and bound, the activity window, whether
+    buffers are shared); a learner whose model or settings differ is refused, naming the
+    first difference. ``numel`` counts a version's fp32 values per part of the outer rule's
+    state, ``counts`` its int64 values.
 ``head``
     The one record that is swapped (compare-and-swap). It names the current version, the
     fragments that hold it, the versions still kept, and a ledger entry per learner (see
@@ -24,10 +28,11 @@ through it.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradientmail._errors import ConfigurationError, InvalidDataError
+from gradientmail._exchange.pace import LearnerPace
 from gradientmail._keys import validate_segment
 from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.backends._base import new_write_id
@@ -61,6 +66,16 @@ class Keys:
         return f"{self.data}{token}/{index:05d}"
 
 
+def start_over(key: str) -> str:
+    """How to start over after the records of the shared model that owns ``key`` were
+    damaged: the sentence the errors that refuse them end with."""
+    base = "/".join(key.split("/")[:2]) + "/"
+    return (
+        "To start over, give the shared model another name=, or delete everything under "
+        f"{base} (the training it held is lost)"
+    )
+
+
 def new_data_token(version: int) -> str:
     """A token for the fragments of a write that would create ``version``."""
     return f"{version:012d}-{new_write_id()[:16]}"
@@ -70,6 +85,84 @@ def token_version(token: str) -> int | None:
     """The version a data token was written for, or ``None`` for a foreign name."""
     number, _, rest = token.partition("-")
     return int(number) if number.isdigit() and rest else None
+
+
+#: The settings an older layout record held at its top level, before ``shared``.
+_LEGACY_SETTINGS = ("wire", "rule", "parts")
+
+
+def shared_settings(layout: dict[str, Any]) -> dict[str, Any]:
+    """The settings every learner of a shared model must share, as its layout records them."""
+    settings = layout.get("shared")
+    if isinstance(settings, dict):
+        return settings
+    return {name: layout[name] for name in _LEGACY_SETTINGS if name in layout}
+
+
+def _first_difference(mine: list[list[Any]], shared: list[list[Any]], what: str) -> str:
+    """The first tensor in which two descriptions differ, in words."""
+    for index, (a, b) in enumerate(zip(mine, shared, strict=False)):
+        if a != b:
+            return (
+                f"{what} {index}: this model has {a[0]} {tuple(a[1])} {a[2]}, the shared "
+                f"one {b[0]} {tuple(b[1])} {b[2]}"
+            )
+    return f"this model has {len(mine)} {what}s, the shared one {len(shared)}"
+
+
+def check_model(stored: dict[str, Any], mine: dict[str, Any], where: str) -> None:
+    """The one check that a model matches a shared model's layout record: its parameters,
+    then its shared buffers.
+
+    Raises:
+        ConfigurationError: names, shapes or dtypes differ, naming the first difference.
+    """
+    for field_name, what in (("params", "parameter"), ("buffers", "buffer")):
+        shared = stored.get(field_name) or []
+        if shared != mine[field_name]:
+            difference = _first_difference(mine[field_name], shared, what)
+            raise ConfigurationError(
+                f"this model does not match {where}: {difference}. Pass the same model, or "
+                "another name= for a second shared model"
+            )
+
+
+def check_layout(stored: dict[str, Any], mine: dict[str, Any], where: str) -> None:
+    """Check a joining learner's layout against the stored one: the settings every learner
+    must share (``mine["shared"]``, each one compared where the stored record has it),
+    then the model.
+
+    Raises:
+        ConfigurationError: naming the first difference, and both values of a setting.
+    """
+    settings = shared_settings(stored)
+    for name, value in mine["shared"].items():
+        if name in settings and settings[name] != value:
+            raise ConfigurationError(
+                f"{where} was started with {name}={settings[name]!r}, this learner asks for "
+                f"{name}={value!r}; every learner must use the same {name}"
+            )
+    check_model(stored, mine, where)
+
+
+def frozen_difference(stored: dict[str, Any], mine: dict[str, Any]) -> str | None:
+    """In words, the parameters frozen (``requires_grad=False``) here but not in the learner
+    that started the shared model, and the reverse; ``None`` when they agree."""
+    if "frozen" not in stored:
+        return None  # a layout from before frozen parameters were recorded
+    here, there = set(mine["frozen"]), set(stored["frozen"])
+    parts = []
+    if here - there:
+        parts.append(
+            f"{sorted(here - there)} frozen here but trained by the learner that started it: "
+            "the others' exchanges still move them on this learner"
+        )
+    if there - here:
+        parts.append(
+            f"{sorted(there - here)} trained here but frozen by the learner that started "
+            "it: this learner's exchanges move them for every learner"
+        )
+    return "; ".join(parts) or None
 
 
 @dataclass
@@ -89,9 +182,12 @@ class LearnerEntry:
     blocked_s: float = 0.0
     dropped: int = 0
     left: bool = False
+    #: The learner's pace when it last exchanged (its batch, seconds per sample, every).
+    pace: LearnerPace = field(default_factory=lambda: LearnerPace(0, 0.0, 0))
 
     def to_record(self) -> dict[str, Any]:
         return {
+            "pace": [self.pace.batch, self.pace.seconds_per_sample, self.pace.every],
             "seq": self.seq,
             "inc": self.incarnation,
             "staleness": self.staleness,
@@ -111,7 +207,16 @@ class LearnerEntry:
             blocked_s=float(record.get("blocked_s", 0.0)),
             dropped=int(record.get("dropped", 0)),
             left=bool(record.get("left", False)),
+            pace=_pace(record.get("pace")),
         )
+
+
+def _pace(record: Any) -> LearnerPace:
+    """A ledger entry's pace; an entry written before paces were recorded has none."""
+    if not isinstance(record, list) or len(record) != 3:
+        return LearnerPace(0, 0.0, 0)
+    batch, seconds_per_sample, every = record
+    return LearnerPace(int(batch), float(seconds_per_sample), int(every))
 
 
 @dataclass
@@ -120,6 +225,10 @@ class Head:
 
     ``history`` lists ``[version, token, fragments]`` for the versions kept, oldest first,
     the current one last. ``rule_state`` is the outer rule's small state (a counter).
+    ``fragment_size`` is the bytes of each of the version's fragments but the last (0 in a
+    head written before it was recorded). ``written_at`` and ``written_by`` say who swapped
+    it in and when, by that learner's clock. Fields are encoded by name: a field added
+    later decodes to its default from an older head.
     """
 
     version: int
@@ -128,6 +237,9 @@ class Head:
     history: list[list[Any]]
     learners: dict[str, LearnerEntry] = field(default_factory=dict)
     rule_state: dict[str, Any] = field(default_factory=dict)
+    fragment_size: int = 0
+    written_at: float = 0.0
+    written_by: str = ""
 
     def encode(self) -> bytes:
         return encode_record(
@@ -135,23 +247,28 @@ class Head:
                 "version": self.version,
                 "token": self.token,
                 "fragments": self.fragments,
+                "fragment_size": self.fragment_size,
                 "history": self.history,
                 "learners": {k: v.to_record() for k, v in sorted(self.learners.items())},
                 "rule_state": self.rule_state,
-                "written_at": round(time.time(), 3),
+                "written_at": round(self.written_at, 3),
+                "written_by": self.written_by,
             }
         )
 
     @classmethod
     def decode(cls, data: bytes, key: str) -> Head:
-        """Parse a head record; raise ``InvalidDataError`` naming ``key`` if it is not one."""
-        from gradientmail._errors import InvalidDataError
+        """Parse a head record.
 
+        Raises:
+            InvalidDataError: naming ``key``, when it is not a head record, or when its
+                version is not the one its data was written for (it was edited or set back).
+        """
         record = decode_record(data)
         try:
             if record is None:
                 raise ValueError("not a JSON object")
-            return cls(
+            head = cls(
                 version=int(record["version"]),
                 token=str(record["token"]),
                 fragments=int(record["fragments"]),
@@ -160,6 +277,9 @@ class Head:
                     str(k): LearnerEntry.from_record(v) for k, v in record["learners"].items()
                 },
                 rule_state=dict(record.get("rule_state") or {}),
+                fragment_size=int(record.get("fragment_size", 0)),
+                written_at=float(record.get("written_at", 0.0)),
+                written_by=str(record.get("written_by", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidDataError(
@@ -167,11 +287,18 @@ class Head:
                 "program wrote under exchange/. Use another name= for the shared model, or "
                 "another mailbox prefix"
             ) from exc
+        if token_version(head.token) != head.version:
+            raise InvalidDataError(
+                f"{key} names version {head.version}, but its data {head.token} was written "
+                f"for version {token_version(head.token)}: the head was edited or set back. "
+                f"{start_over(key)}"
+            )
+        return head
 
-    def active_learners(self, now: float, lease: float) -> list[str]:
-        """Learners that applied within ``lease`` seconds of ``now`` and have not left."""
+    def active_learners(self, now: float, window: float) -> list[str]:
+        """Learners that applied within ``window`` seconds of ``now`` and have not left."""
         return [
             name
             for name, entry in self.learners.items()
-            if not entry.left and now - entry.applied_at <= lease
+            if not entry.left and now - entry.applied_at <= window
         ]

@@ -1,38 +1,43 @@
-"""One learner's side of a shared model: join, exchange in the background, adopt, leave."""
+"""One learner's side of a shared model: join, exchange in the background, adopt, leave.
+
+Also :func:`load_shared`, the reader of a shared model for evaluation or export.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import replace
+import warnings
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
-from gradientmail._errors import (
-    ConfigurationError,
-    LeaseLostError,
-    NotSupportedError,
+from gradientmail._errors import ConfigurationError, InvalidDataError, LeaseLostError
+from gradientmail._exchange.handoff import Handoff
+from gradientmail._exchange.layout import Keys, check_model, frozen_difference, shared_settings
+from gradientmail._exchange.options import (
+    Settings,
+    Storage,
+    active_window_seconds,
+    build_applier,
+    checked_model,
+    stepping,
 )
-from gradientmail._exchange.applier import Applied, Applier
-from gradientmail._exchange.layout import Keys
-from gradientmail._exchange.membership import Membership
-from gradientmail._exchange.rules import OuterRule, OuterStep, resolve
+from gradientmail._exchange.pace import Work
+from gradientmail._exchange.reader import VersionReader
+from gradientmail._exchange.rules import OuterRule, resolve
 from gradientmail._exchange.stats import ExchangeStats
-from gradientmail._exchange.store import (
-    SharedStore,
-    assign,
-    check_wire,
-    describe,
-    flat,
-)
+from gradientmail._exchange.store import SharedStore
+from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, State, check_wire, difference
+from gradientmail._exchange.watch import HeadWatch
 from gradientmail._identity import learner_id as launcher_learner_id
-from gradientmail._keys import validate_segment
-from gradientmail.backends._base import new_write_id
-from gradientmail.backends._options import lease_seconds, positive
-from gradientmail.mailbox import Capability, Mailbox
+from gradientmail.backends._options import positive
+from gradientmail.mailbox import Mailbox
+from gradientmail.patterns._patience import DEFAULT_PATIENCE_S
 from gradientmail.patterns._workers import CarriedError
+
+__all__ = ["Exchange", "load_shared"]
 
 log = logging.getLogger("gradientmail.exchange")
 
@@ -42,10 +47,12 @@ DEFAULT_FRAGMENT_BYTES = 256 * 2**20
 class Exchange:
     """Train one model from learners of unequal speed, through the mailbox.
 
-    Every ``every`` calls of :meth:`step`, a background thread applies this learner's
-    progress since its anchor (the shared version it last adopted) to the current shared
-    parameters with compare-and-swap; a later :meth:`step` adopts the result, keeping the
-    local steps made meanwhile. ``docs/exchange.md`` has the rules, layout and costs.
+    Every ``every`` local steps, a background thread applies this learner's progress since
+    its anchor (the shared version it last adopted) to the current shared parameters with
+    compare-and-swap; a later step adopts the result, keeping the local steps made
+    meanwhile. With ``optimizer=`` each ``optimizer.step()`` is a local step (a post-hook
+    counts it); without, each call of :meth:`step`. ``docs/exchange.md`` has the rules,
+    layout and costs.
 
     One exchange of a model in ``F`` fragments reads the head twice and, when another
     learner applied since this one's last exchange, ``F`` fragments; it writes ``F``
@@ -58,15 +65,23 @@ class Exchange:
           the current one into ``model``: every learner starts from the same weights.
         * Each exchange is applied exactly once, after lost swaps and lost responses alike.
         * No version is ever visible half-written; a killed learner stalls no one.
-        * :meth:`step` never waits for the store. Leaving normally exchanges the steps left
-          and waits for it; leaving through an exception applies nothing more.
-        * A newer process with the same ``learner_id`` fences this one: its next
-          :meth:`step` raises ``LeaseLostError``.
+        * A step never waits for the store. Leaving normally exchanges every change of the
+          parameters since the version last adopted (judged by comparing them, so training
+          no step counted is not lost) and waits for it; leaving through an exception
+          applies nothing more.
+        * A newer process with the same ``learner_id`` fences this one: its next step
+          raises ``LeaseLostError``.
+        * A store outage shorter than ``patience`` is ridden out; a damaged record of the
+          shared model is refused at a step with ``InvalidDataError`` naming its key, a
+          version that cannot be read within 10 s.
 
     Args:
-        model: the module whose parameters are shared (buffers stay local).
+        model: the module whose parameters (and, with ``buffers``, buffers) are shared.
         mailbox: a mailbox with compare-and-swap (else ``NotSupportedError``).
         learner_id: this learner's id; :func:`gradientmail.learner_id` by default.
+        optimizer: the optimizer that steps ``model``; each of its steps is then counted
+            (gradient accumulation counts optimizer steps, not micro-batches), and
+            :meth:`step` is not called.
         every: local steps between exchanges.
         outer, outer_lr: the rule (``"average"``, ``"delayed-nesterov"`` or an object) and
             the named rule's step (``None``: its default).
@@ -78,10 +93,25 @@ class Exchange:
         wire, fragment_bytes: the dtype stored and sent (``"float32"``, ``"bfloat16"``),
             and the largest object written.
         name, keep: the shared model's name (several may share a mailbox); versions kept.
-        lease: seconds after its last exchange a learner stops counting as active.
+        active_window: seconds after its last exchange a learner stops counting as active
+            (600 by default; ``lease=`` is its former name, deprecated).
+        patience: seconds each request to the store rides out an outage, from its first
+            failure (as a shared queue does for its lease); meanwhile steps go on without
+            exchanging, and past it the next step raises the store's error.
+        buffers: share the persistent buffers too: floating ones (``running_mean``) under
+            the outer rule as the parameters, integer ones (``num_batches_tracked``) as
+            their largest value. ``False`` keeps every buffer local.
+
+    The wire dtype, the outer rule and its step, ``staleness``, ``max_staleness``,
+    ``active_window`` and ``buffers`` are recorded in the shared model's layout: a learner
+    asking for other values is refused. ``every``, ``keep`` and ``fragment_bytes`` are each
+    learner's own. A parameter frozen (``requires_grad=False``) here but not in the learner
+    that started the shared model, or the reverse, is warned about on entering
+    (``RuntimeWarning``): it is shared all the same.
 
     Raises:
-        ConfigurationError: a bad option, or on entering a model unlike the shared one.
+        ConfigurationError: a bad option; on entering, a model unlike the shared one, or
+            an Exchange entered before (each ``with`` block takes a new one).
     """
 
     def __init__(
@@ -90,7 +120,9 @@ class Exchange:
         *,
         mailbox: Mailbox,
         learner_id: str | None = None,
-        every: int = 50,
+        optimizer: torch.optim.Optimizer | None = None,
+        batch_size: int | None = None,
+        every: int = 1,
         outer: str | OuterRule = "average",
         outer_lr: float | None = None,
         staleness: float | None = 1.0,
@@ -98,201 +130,255 @@ class Exchange:
         wire: str = "float32",
         fragment_bytes: int = DEFAULT_FRAGMENT_BYTES,
         name: str = "model",
-        lease: float = 600.0,
+        active_window: float | None = None,
         keep: int = 3,
+        buffers: bool = True,
+        patience: float = DEFAULT_PATIENCE_S,
+        lease: float | None = None,
     ) -> None:
-        if not isinstance(model, torch.nn.Module):
-            raise ConfigurationError(f"model must be a torch.nn.Module, not {type(model).__name__}")
-        if not mailbox.supports(Capability.COMPARE_AND_SWAP):
-            raise NotSupportedError(
-                f"{mailbox.url} has no compare-and-swap, which an Exchange needs to apply each "
-                "learner's progress exactly once; use file://, s3://, gs://, az:// or memory://"
-            )
         self.model = model
         self.every = positive(every, "every", integer=True)
-        learner = validate_segment(
-            launcher_learner_id() if learner_id is None else learner_id, "learner id"
-        )
-        rule = resolve(outer, outer_lr)
-        if staleness is not None and not (isinstance(staleness, (int, float)) and staleness >= 0):
-            raise ConfigurationError(f"staleness must be a number >= 0 or None, not {staleness!r}")
-        limit = positive(max_staleness, "max_staleness", integer=True, allow_none=True)
-        numel = sum(p.numel() for p in model.parameters())
-        if numel == 0:
-            raise ConfigurationError("the model has no parameters to share")
-        store = SharedStore(
+        self._tensors = ModelTensors(checked_model(model), buffers=buffers)
+        closing = threading.Event()
+        applier = build_applier(
+            self._tensors,
             mailbox,
-            Keys(name),
-            check_wire(wire),
-            positive(fragment_bytes, "fragment_bytes", integer=True),
-            positive(keep, "keep", integer=True),
+            launcher_learner_id() if learner_id is None else learner_id,
+            Settings(
+                resolve(outer, outer_lr),
+                staleness,
+                max_staleness,
+                wire,
+                active_window_seconds(active_window, lease),
+                buffers,
+                batch_size,
+            ),
+            Storage(Keys(name), fragment_bytes, keep, patience),
+            closing,
         )
-        layout = {
-            "params": describe(model),
-            "numel": numel,
-            "wire": wire,
-            "rule": rule.name,
-            "parts": rule.parts,
-        }
         # Owned by the exchange thread once started (the training thread joins before it):
-        self._applier = Applier(
-            Membership(store, learner, new_write_id()),
-            OuterStep(rule, staleness, limit),
-            lease=lease_seconds(lease),
-            layout=layout,
-            on_conflict=self._conflicted,
-        )
-        self._stats = ExchangeStats()
-        self._lock = threading.Condition()
-        self._job: tuple[torch.Tensor | None, bool] | None = None  # (snapshot, leaving)
-        self._result: tuple[torch.Tensor, int] | None = None
-        self._snapshot: torch.Tensor | None = None
-        self._error: BaseException | None = None
-        self._stop = False
-        self._thread: threading.Thread | None = None
+        self._handoff = Handoff(applier, closing)
+        self._snapshot: State | None = None  # the model handed over, until adopted
         self._since = 0
+        self._work = Work(batch_size, self._handoff.applier.learner_id, self.every)
+        self._optimizer = stepping(optimizer, model)
+        self._hook: RemovableHandle | None = None
+        #: "new", then "entered", then "left": one with block per Exchange.
+        self._phase = "new"
 
     # -- the training loop's side ------------------------------------------------------------
 
     @property
     def learner_id(self) -> str:
         """This learner's id in the shared model."""
-        return self._applier.learner_id
+        return self._handoff.applier.learner_id
+
+    @property
+    def batch_size(self) -> int:
+        """How many items this learner's next step should take: ``batch_size`` scaled by
+        this learner's speed over the fastest active learner's, at least 1.
+
+        Read it before each step and take exactly that many items: each learner then steps
+        at the fastest one's pace, and its deltas are weighted by the items they cover.
+
+        Raises:
+            ConfigurationError: the Exchange was made without ``batch_size=``.
+        """
+        if self._work.batch_size is None:
+            raise ConfigurationError(
+                "Exchange(batch_size=...) was not given: pass the batch your fastest learner "
+                "takes, and each learner's exchange.batch_size follows its speed"
+            )
+        return self._work.batch
 
     @property
     def stats(self) -> ExchangeStats:
-        """This learner's figures so far (a snapshot; see :class:`ExchangeStats`)."""
-        store = self._applier.store
-        with self._lock:
-            return replace(
-                self._stats,
-                unknown_outcomes=self._applier.membership.unknown_outcomes,
-                traffic=store.traffic,
-            )
+        """This learner's figures so far: one consistent snapshot (see :class:`ExchangeStats`)."""
+        return self._handoff.tally.snapshot(self._handoff.applier.store.traffic)
 
     def __enter__(self) -> Exchange:
-        state, version = self._applier.join(lambda: flat(self.model).cpu())
-        self._stats = replace(self._stats, version=version)
-        assign(self.model, state[: self._applier.numel])
-        self._thread = threading.Thread(
-            target=self._run, name=f"gradientmail-exchange-{self.learner_id}", daemon=True
-        )
-        self._thread.start()
+        if self._phase != "new":
+            raise ConfigurationError(
+                f"this Exchange of learner {self.learner_id!r} was entered before: make a new "
+                "Exchange for each with block"
+            )
+        handoff = self._handoff
+        state, version, stored = handoff.applier.join(self._initial)
+        frozen = frozen_difference(stored, handoff.applier.layout)
+        if frozen is not None:
+            warnings.warn(
+                f"shared model {handoff.applier.store.keys.name!r}, learner "
+                f"{self.learner_id!r}: parameters {frozen}; freeze the same parameters on "
+                "every learner",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        handoff.tally.joined(version)
+        self._tensors.assign(state)
+        handoff.start()
+        self._phase = "entered"
+        if self._optimizer is not None:
+            self._hook = self._optimizer.register_step_post_hook(self._optimizer_stepped)
         log.info(
             "%s joined shared model %r at version %d",
             self.learner_id,
-            self._applier.store.keys.name,
+            handoff.applier.store.keys.name,
             version,
         )
         return self
 
+    def _initial(self) -> State:
+        """This model's state, to publish as the first version (on the CPU)."""
+        values, counts = self._tensors.state()
+        return State(values.cpu(), counts)
+
     def step(self) -> None:
         """Count one local step; adopt a finished exchange; start one every ``every`` steps.
 
-        Never waits for the store. Raises the exchange thread's error, if it failed
-        (``LeaseLostError`` when a newer incarnation of this learner id took over).
+        For a loop without an optimizer hooked (``optimizer=``). Never waits for the store.
+
+        Raises:
+            ConfigurationError: outside the ``with`` block, or with ``optimizer=`` given
+                (its steps are counted already).
+            LeaseLostError: a newer incarnation of this learner id took over; or the
+                exchange thread's own error, if it failed.
         """
+        if self._optimizer is not None:
+            raise ConfigurationError(
+                f"the Exchange of learner {self.learner_id!r} counts each optimizer.step() "
+                "itself (optimizer=): drop the exchange.step() call, which would count every "
+                "step twice"
+            )
+        self._count_step()
+
+    def _optimizer_stepped(self, *_: object) -> None:
+        """The optimizer's post-hook: one local step."""
+        self._count_step()
+
+    def _count_step(self) -> None:
+        """One local step, from :meth:`step` or the optimizer's hook: the one place steps
+        are counted."""
+        if self._phase != "entered":
+            raise ConfigurationError(
+                f"Exchange.step() outside its with block (learner {self.learner_id!r}): "
+                "nothing would reach the shared model; train inside "
+                "`with Exchange(...) as exchange:`"
+            )
         began = time.perf_counter()
-        with self._lock:
+        with self._handoff.lock:
             self._raise_failure()
-            self._stats = replace(self._stats, steps=self._stats.steps + 1)
             self._since += 1
+            self._work.stepped()
             self._adopt_locked()
             if self._snapshot is None and self._since >= self.every:
                 self._submit_locked(leaving=False)
-            blocked = self._stats.blocked_s + time.perf_counter() - began
-            self._stats = replace(self._stats, blocked_s=blocked)
+            self._handoff.next_step_at = self._work.next_step_at()
+            self._handoff.tally.stepped(time.perf_counter() - began)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+        self._phase = "left"
         try:
             if exc_type is None:
                 self._leave()
         finally:
-            with self._lock:
-                self._stop = True
-                self._lock.notify_all()
-            if self._thread is not None:
-                self._thread.join()
+            self._handoff.close()
 
     def _leave(self) -> None:
-        """Exchange what is left, wait for it and adopt it, and mark this learner gone."""
-        with self._lock:
-            while self._snapshot is not None and self._result is None and self._error is None:
-                self._lock.wait()
+        """Exchange what changed since the version adopted, wait for it and adopt it, and
+        mark this learner gone."""
+        handoff = self._handoff
+        with handoff.lock:
+            if self._snapshot is not None:
+                handoff.wait()
             self._raise_failure()
             self._adopt_locked()
             self._submit_locked(leaving=True)
-            while self._result is None and self._error is None:
-                self._lock.wait()
+            handoff.wait()
             self._raise_failure()
-            self._adopt_locked()
+            self._adopt_locked(exact=True)
 
     def _submit_locked(self, leaving: bool) -> None:
-        """Hand the thread a snapshot; when leaving with no step since the last, none."""
-        if leaving and self._since == 0:
-            self._snapshot = self._applier.anchor  # the local model is the adopted version
-            self._job = (None, leaving)
+        """Hand the thread a snapshot; when leaving with the model still the version
+        adopted, none (the thread is idle then: the anchor is safe to read)."""
+        if leaving and self._tensors.equal(self._handoff.applier.anchor):
+            self._snapshot = self._handoff.applier.anchor  # the model is the adopted version
+            self._handoff.submit(None, leaving, self._work.handed_over())
         else:
-            self._snapshot = flat(self.model)
-            self._job = (self._snapshot, leaving)
+            self._snapshot = self._tensors.state()
+            self._handoff.submit(self._snapshot, leaving, self._work.handed_over())
         self._since = 0
-        self._lock.notify_all()
 
-    def _adopt_locked(self) -> None:
-        """Take the shared version the thread produced, keeping the steps made meanwhile."""
-        if self._result is None or self._snapshot is None:
+    def _adopt_locked(self, exact: bool = False) -> None:
+        """Take the shared version the thread produced, keeping the steps made meanwhile:
+        one in-place addition of the thread's ``shared - snapshot``, or, ``exact`` (the
+        last adoption, on leaving), ``shared + (model - snapshot)``, which leaves the model
+        bit for bit the shared version when it did not change since it was handed over."""
+        if self._snapshot is None:
             return
-        shared, _version = self._result
-        current = flat(self.model)
-        assign(
-            self.model, shared.to(current.device) + (current - self._snapshot.to(current.device))
-        )
-        self._result = None
+        outcome = self._handoff.take()
+        if outcome is None:
+            return
+        change = outcome.correction
+        if exact or change is None:
+            values, counts = self._tensors.state()
+            shared, snapshot = outcome.shared, self._snapshot
+            device = values.device
+            self._tensors.assign(
+                State(
+                    shared.values.to(device) + difference(values, snapshot.values.to(device)),
+                    torch.maximum(shared.counts, counts),
+                )
+            )
+        else:
+            self._tensors.add(change)
         self._snapshot = None
+        if outcome.paces is not None:
+            self._work.others = outcome.paces
 
     def _raise_failure(self) -> None:
-        error = self._error
+        error = self._handoff.error
         if error is None:
             return
         if isinstance(error, LeaseLostError):
             raise LeaseLostError(str(error), learner=self.learner_id) from error
+        if isinstance(error, InvalidDataError):  # a damaged record: by its own type too
+            raise InvalidDataError(f"the exchange of learner {self.learner_id}: {error}") from error
         CarriedError.of(error).reraise(f"the exchange of learner {self.learner_id}")
 
-    # -- the exchange thread -----------------------------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while self._job is None and not self._stop:
-                    self._lock.wait()
-                if self._job is None:
-                    return
-                snapshot, leaving = self._job
-                self._job = None
-                blocked = self._stats.blocked_s
-            count: Callable[[ExchangeStats], ExchangeStats] | None = None
-            try:
-                if snapshot is None:
-                    shared, version = self._applier.leave()
-                else:
-                    shared, version, count = self._apply(snapshot, leaving, blocked)
-            except BaseException as exc:  # noqa: BLE001 - carried to the training loop
-                with self._lock:
-                    self._error = exc
-                    self._lock.notify_all()
-                return
-            with self._lock:
-                # One publication: stats never count an exchange that the next step()
-                # cannot adopt yet (a loop pacing itself on stats.exchanges relies on it).
-                if count is not None:
-                    self._stats = count(self._stats)
-                self._result = (shared, version)
-                self._lock.notify_all()
+def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model") -> int:
+    """Load the current shared parameters of ``name`` into ``model``; return their version.
 
-    def _apply(self, snapshot: torch.Tensor, leaving: bool, blocked_s: float) -> Applied:
-        """Apply the progress up to ``snapshot`` through the applier (on the exchange thread)."""
-        return self._applier.apply(snapshot, leaving, blocked_s)
+    Works on any mailbox (a plain read): for evaluation, export, or a model outside the run.
 
-    def _conflicted(self) -> None:
-        with self._lock:
-            self._stats = replace(self._stats, conflicts=self._stats.conflicts + 1)
+    Raises:
+        ConfigurationError: no shared model of that name is in the mailbox, or ``model``
+            does not match it (the first difference is named).
+        InvalidDataError: the shared model's records are damaged (a version that cannot be
+            read, within a bounded time; a fragment of another length; a deleted head),
+            naming the keys.
+    """
+    keys = Keys(name)
+    layout = SharedStore(mailbox, keys, WIRE_DTYPES["float32"], 1, 1).read_layout()
+    if layout is None:
+        raise ConfigurationError(
+            f"{mailbox.url} holds no shared model named {name!r}: an Exchange publishes it "
+            "when its first learner enters"
+        )
+    settings = shared_settings(layout)
+    tensors = ModelTensors(model, buffers=bool(settings.get("buffers", False)))
+    check_model(layout, tensors.describe(), f"shared model {name!r}")
+    wire = check_wire(str(settings.get("wire")))
+    parts = int(settings.get("parts", 1))
+    elements = (tensors.numel * parts, tensors.count_numel)
+    store = SharedStore(mailbox, keys, wire, 1, 1, elements, watch=HeadWatch(keys.head))
+    got = VersionReader(store, versioned=False).current()
+    if got is None:
+        if store.stored_versions() > 0:
+            raise store.missing()
+        raise ConfigurationError(f"shared model {name!r} in {mailbox.url} has no version yet")
+    head, _version, state = got
+    tensors.assign(state)
+    return head.version

@@ -11,16 +11,17 @@ applied exchanges, so the ledger goes on where it stopped.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-
-import torch
+from typing import Any
 
 from gradientmail._errors import OutcomeUnknownError
 from gradientmail._exchange.layout import Head, LearnerEntry
-from gradientmail._exchange.store import SharedStore, Superseded
+from gradientmail._exchange.reader import VersionReader
+from gradientmail._exchange.stats import Tally
+from gradientmail._exchange.store import SharedStore
+from gradientmail._exchange.tensors import State
 from gradientmail.mailbox import Version
 
 log = logging.getLogger("gradientmail.exchange")
@@ -42,37 +43,48 @@ class Membership:
     store: SharedStore
     learner_id: str
     incarnation: str
-    unknown_outcomes: int = 0
+    #: Where unknown outcomes are counted.
+    tally: Tally
 
     def registered(self, head: Head) -> bool:
         """Whether ``head`` names this process as its learner id's current incarnation."""
         entry = head.learners.get(self.learner_id)
         return entry is not None and entry.incarnation == self.incarnation
 
-    def join(self, initial: Callable[[], torch.Tensor]) -> tuple[Head, torch.Tensor]:
-        """Create the head from ``initial()``'s state, or register in it; return head and state."""
+    def join(self, initial: Callable[[], State], reader: VersionReader) -> tuple[Head, State]:
+        """Create the head from ``initial()``'s state, or register in it; return head and state.
+
+        The current version is read before registering, so a joiner never swaps the head
+        over a version it could not read.
+
+        Raises:
+            InvalidDataError: the head is missing while versions are stored (deleted), or
+                the current version cannot be read (see :class:`VersionReader`).
+        """
         store = self.store
         while True:
-            got = store.read_head()
+            got = reader.current()
             if got is None:
-                state = initial()
-                token, count = store.write_state(0, state)
-                entry = LearnerEntry(incarnation=self.incarnation, applied_at=time.time())
-                head = Head(0, token, count, [[0, token, count]], {self.learner_id: entry})
+                if store.stored_versions() > 0:
+                    raise store.missing()
+                token, count, size, state = store.write_state(0, initial())
+                entry = LearnerEntry(incarnation=self.incarnation, applied_at=store.clock())
+                head = self.stamped(
+                    Head(0, token, count, [[0, token, count]], {self.learner_id: entry}),
+                    fragment_size=size,
+                )
                 if self.settle(partial(store.create_head, head), partial(_names, token)):
                     return head, state
                 store.delete_data(token, count)
                 continue
-            head, version = got
+            head, version, state = got
+            assert version is not None  # a versioned read
             entry = head.learners.get(self.learner_id) or LearnerEntry()
             head.learners[self.learner_id] = replace(
-                entry, incarnation=self.incarnation, left=False, applied_at=time.time()
+                entry, incarnation=self.incarnation, left=False, applied_at=store.clock()
             )
+            head = self.stamped(head)
             if not self.settle(partial(self._swapped, head, version), self.registered):
-                continue
-            try:
-                state = store.read_state(head)
-            except Superseded:
                 continue
             if entry.incarnation:
                 log.info(
@@ -83,6 +95,10 @@ class Membership:
                 )
             return head, state
 
+    def stamped(self, head: Head, **changes: Any) -> Head:
+        """``head`` (with ``changes``) as this learner writes it: its id and its clock's time."""
+        return replace(head, written_at=self.store.clock(), written_by=self.learner_id, **changes)
+
     def mark_left(self) -> None:
         """Record in the ledger that this learner left; the version stays as it is."""
         while True:
@@ -91,6 +107,7 @@ class Membership:
                 return
             head, expected = got
             head.learners[self.learner_id].left = True
+            head = self.stamped(head)
             if self.settle(partial(self._swapped, head, expected), partial(_left, self.learner_id)):
                 return
 
@@ -99,7 +116,7 @@ class Membership:
         try:
             return write()
         except OutcomeUnknownError:
-            self.unknown_outcomes += 1
+            self.tally.unknown_outcome()
             got = self.store.read_head()
             return got is not None and landed(got[0])
 

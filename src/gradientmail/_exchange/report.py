@@ -7,6 +7,7 @@ torch.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from gradientmail._errors import GradientMailError, KeyNotFoundError
 from gradientmail._exchange.layout import ROOT, Head
@@ -53,3 +54,36 @@ def format_shared_models(models: dict[str, Head | str], now: float | None = None
                 f"{entry.blocked_s:>12.2f}s  {ago}{gone}"
             )
     return "\n".join(lines)
+
+
+def shared_models_json(models: dict[str, Head | str]) -> dict[str, Any]:
+    """``status --json``'s ``shared_models``: per shared model, by name, ``version``,
+    ``fragments``, ``exchanges`` (applied, every learner's together) and ``learners``, one
+    object per learner sorted by id: ``learner``, ``exchanges``, ``staleness`` (of its last
+    exchange, in versions), ``dropped``, ``blocked_s`` (its training loop's time blocked),
+    ``last_exchange_at`` (unix seconds by the learner's clock; ``null`` before its first),
+    ``left``. A model whose head cannot be read is ``{"unreadable": why}``."""
+    found: dict[str, Any] = {}
+    for name, head in sorted(models.items()):
+        if isinstance(head, str):
+            found[name] = {"unreadable": head}
+            continue
+        learners = [
+            {
+                "learner": learner,
+                "exchanges": entry.seq,
+                "staleness": entry.staleness,
+                "dropped": entry.dropped,
+                "blocked_s": entry.blocked_s,
+                "last_exchange_at": entry.applied_at or None,
+                "left": entry.left,
+            }
+            for learner, entry in sorted(head.learners.items())
+        ]
+        found[name] = {
+            "version": head.version,
+            "fragments": head.fragments,
+            "exchanges": sum(entry.seq for entry in head.learners.values()),
+            "learners": learners,
+        }
+    return found

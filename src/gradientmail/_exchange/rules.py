@@ -1,20 +1,21 @@
 """Outer rules: how one learner's progress moves the shared parameters.
 
 A rule sees the shared state (the parameters, then any buffers of its own), one learner's
-progress ``delta = local - anchor`` already weighted for staleness, and the number of
-learners active now. It returns the new state, and says what fraction of a delta it
-applies at once (``step``), which bounds the staleness weight. Rules are pure: no I/O, no
-clock.
+progress ``delta = local - anchor`` already weighted (:class:`OuterStep`), and the number
+of learners active now. It returns the new state, and says what fraction of a delta it
+applies at once (``step``), which bounds the weight. Rules are pure: no I/O, no clock.
 
 Two rules ship:
 
-* :class:`Average` (the default). ``shared += lr * delta`` with ``lr = 1 / active`` unless
-  given, and no momentum. Applied to each learner's delta as it arrives, this is federated
-  averaging made asynchronous (FedAsync, Xie et al. 2019; FedBuff's server step without the
-  buffer): with equal speeds it moves the shared model by the learners' mean progress, and
-  a stale delta only adds a damped term, which cannot accumulate as momentum would. With
-  :class:`OuterStep`'s default weight the step becomes ``1 / (1 + tau)``, staleness-aware
-  asynchronous SGD (Zhang et al. 2016).
+* :class:`Average` (the default). ``shared += lr * delta`` with no momentum, where ``lr``
+  is by default the delta's *sample share*: the items of one of its steps over the items
+  the whole group trains on in one step time (``gradientmail._exchange.pace``). Applied to
+  each learner's delta as it arrives, this is federated averaging made asynchronous
+  (FedAsync, Xie et al. 2019; FedBuff's server step without the buffer), weighted by
+  samples as Decoupled DiLoCo merges by tokens: in one step time the shared model moves by
+  the sample-weighted mean of everyone's step, as one lockstep step on the group's batch
+  would, and equal learners average. A delta only adds a term, which cannot accumulate as
+  momentum would.
 * :class:`DelayedNesterov`, after Liu et al. 2024 ("Asynchronous Local-SGD Training for
   Language Modeling"): each delta is applied at once as ``lr * delta / N``, and the
   Nesterov momentum buffer is updated only once every ``N`` deltas from their mean, so that
@@ -75,11 +76,17 @@ def _check_lr(lr: float | None, what: str) -> float | None:
 
 @dataclass(frozen=True)
 class Average:
-    """``shared += lr * delta``; ``lr`` defaults to ``1 / active learners``. No state."""
+    """``shared += lr * delta``; ``lr`` defaults to the delta's sample share (``1 / active
+    learners`` among equal ones). No state."""
 
     lr: float | None = None
     name: str = "average"
     parts: int = 1
+
+    @property
+    def averages(self) -> bool:
+        """Whether the step divides among the active learners (then by samples instead)."""
+        return self.lr is None
 
     def __post_init__(self) -> None:
         _check_lr(self.lr, "outer_lr")
@@ -160,28 +167,26 @@ def resolve(outer: str | OuterRule, outer_lr: float | None) -> OuterRule:
     return outer
 
 
-def staleness_weight(staleness: int, active: int, exponent: float) -> float:
-    """``((1 + staleness) / active) ** -exponent``: 1 at the normal staleness of ``active``
-    learners exchanging in turn (``active - 1``), more for a fresher delta, less for a
-    staler one."""
-    return float(((1 + staleness) / max(1, active)) ** -exponent)
+def staleness_damping(staleness: int, expected: float, exponent: float) -> float:
+    """``((1 + expected) / (1 + staleness)) ** exponent``, at most 1: a delta no staler than
+    the learners' paces make normal keeps its whole weight, and a staler one less."""
+    return float(min(1.0, ((1 + max(0.0, expected)) / (1 + max(0, staleness))) ** exponent))
 
 
 @dataclass(frozen=True)
 class OuterStep:
-    """How one delta moves the shared parameters: the rule, and how staleness weights it.
+    """How one delta moves the shared parameters: the rule, its share, and staleness.
 
-    ``staleness`` is the weight's exponent (``None``: no weight); a delta staler than
-    ``max_staleness`` versions is dropped (``None``: never).
-
-    The weight is relative to the normal staleness: with ``N`` active learners exchanging
-    in turn, ``N - 1`` others apply between two exchanges of one learner, and such a delta
-    gets the rule's own step (``1 / N`` for the default average). A fresher delta carries
-    progress that no one else's delta overlaps, so it gets more, and a staler one less;
-    the product never exceeds 1, so no delta moves the shared parameters by more than its
-    own size. With the default exponent 1 and the default average, a delta ``tau``
-    versions stale moves them by ``delta / (1 + tau)``: a learner alone keeps all of its
-    progress, and equal learners in turn average theirs.
+    A delta's weight is its sample share (for a rule that averages: the default
+    :class:`Average`; :class:`DelayedNesterov` keeps its own ``1 / N``), times a
+    damping for staleness beyond what the learners' paces make normal. With ``N`` equal
+    learners exchanging in turn, ``N - 1`` others apply between two exchanges of one
+    learner, and such a delta keeps its whole share, ``1 / N``; so does a fresher one (its
+    progress is not overlapped by anyone's); one staler than normal is damped by
+    ``((1 + normal) / (1 + tau)) ** staleness``, and dropped past ``max_staleness``
+    versions. The product never lets a delta move the shared parameters by more than its
+    own size. ``staleness=None`` turns the damping off: with ``Average(lr=1.0)`` an
+    exchange then moves the shared parameters by exactly the learner's progress.
     """
 
     rule: OuterRule
@@ -192,9 +197,12 @@ class OuterStep:
         """Whether a delta ``tau`` versions stale is dropped."""
         return self.max_staleness is not None and tau > self.max_staleness
 
-    def weight(self, tau: int, active: int) -> float:
-        """The weight of a delta ``tau`` versions stale among ``active`` learners."""
-        if self.staleness is None:
-            return 1.0  # no weight: the rule's step exactly, whatever it is
-        weight = staleness_weight(tau, active, self.staleness)
+    def weight(self, tau: int, active: int, share: float, expected: float) -> float:
+        """The weight of a delta ``tau`` versions stale among ``active`` learners, whose
+        sample share is ``share`` where ``expected`` versions are normal staleness."""
+        weight = 1.0
+        if getattr(self.rule, "averages", False):
+            weight = share * max(1, active)  # the rule divides by ``active``: by samples instead
+        if self.staleness is not None:
+            weight *= staleness_damping(tau, expected, self.staleness)
         return min(weight, 1.0 / self.rule.step(active))

@@ -1,10 +1,17 @@
-"""What one learner's exchanges did: the figures behind ``Exchange.stats``."""
+"""What one learner's exchanges did: the figures behind ``Exchange.stats``, and their owner.
+
+:class:`Tally` is the one place those figures change: the training loop counts its steps
+there, and the exchange thread its conflicts, unknown outcomes and exchanges, each under
+the lock it is given, so that ``Exchange.stats`` is one consistent snapshot. Only
+``traffic`` is counted elsewhere, by the store that sends the requests.
+"""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 
-__all__ = ["ExchangeStats", "ExchangeTraffic"]
+__all__ = ["ExchangeStats", "ExchangeTraffic", "Tally"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +70,59 @@ class ExchangeStats:
             staleness_sum=self.staleness_sum + tau * int(applied),
             staleness_max=max(self.staleness_max, tau),
         )
+
+
+class Tally:
+    """The one owner of an exchange's counters: every change and every snapshot under
+    :attr:`lock`.
+
+    The lock is also the one between the training loop and the exchange thread (it is
+    re-entrant), so the thread publishes an exchange's count in the same critical section
+    as its result: no snapshot counts an exchange that the training loop cannot adopt yet.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self._stats = ExchangeStats()
+
+    def joined(self, version: int) -> None:
+        """The learner joined the shared model at ``version``."""
+        with self.lock:
+            self._stats = replace(self._stats, version=version)
+
+    def stepped(self, blocked_s: float) -> None:
+        """One local step, whose exchange work blocked the training loop ``blocked_s``."""
+        with self.lock:
+            steps, blocked = self._stats.steps + 1, self._stats.blocked_s + blocked_s
+            self._stats = replace(self._stats, steps=steps, blocked_s=blocked)
+
+    def blocked(self) -> float:
+        """Seconds the training loop was blocked so far."""
+        with self.lock:
+            return self._stats.blocked_s
+
+    def conflict(self) -> None:
+        """Another learner swapped the head first."""
+        with self.lock:
+            self._stats = replace(self._stats, conflicts=self._stats.conflicts + 1)
+
+    def unknown_outcome(self) -> None:
+        """A write's outcome was unknown (settled afterwards by reading the head)."""
+        with self.lock:
+            self._stats = replace(self._stats, unknown_outcomes=self._stats.unknown_outcomes + 1)
+
+    def exchanged(self, *, version: int, tau: int, applied: bool) -> None:
+        """One exchange applied (or one drop), at staleness ``tau``; the caller holds the lock
+        while it hands the result over."""
+        with self.lock:
+            self._stats = self._stats.counted(version=version, tau=tau, applied=applied)
+
+    def adopted(self, version: int) -> None:
+        """The learner will adopt ``version``, newer than its exchange produced."""
+        with self.lock:
+            self._stats = replace(self._stats, version=version)
+
+    def snapshot(self, traffic: ExchangeTraffic) -> ExchangeStats:
+        """The counters now, with ``traffic`` as the store counted it."""
+        with self.lock:
+            return replace(self._stats, traffic=traffic)

@@ -13,134 +13,163 @@ fragments:
 
 So storage holds at most ``keep`` versions, plus one version in flight per learner writing,
 plus what killed writers left since the last 16th version.
+
+Every request but the deletes goes through ``mailbox``, which an Exchange makes patient (it
+rides out an outage, see :mod:`gradientmail.patterns._patience`). Deletes go through
+``cleanup``, the mailbox itself: a delete that fails is logged and left to the next sweep,
+never waited for and never fatal. A create whose outcome is unknown (the layout, a
+fragment) is settled by reading the key back.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from gradientmail._errors import ConfigurationError, InvalidDataError, KeyNotFoundError
-from gradientmail._exchange.layout import Head, Keys, new_data_token, token_version
-from gradientmail._exchange.stats import ExchangeTraffic
+from gradientmail._errors import (
+    GradientMailError,
+    InvalidDataError,
+    KeyNotFoundError,
+    OutcomeUnknownError,
+)
+from gradientmail._exchange.layout import (
+    Head,
+    Keys,
+    check_layout,
+    new_data_token,
+    start_over,
+    token_version,
+)
+from gradientmail._exchange.stats import ExchangeTraffic, Tally
+from gradientmail._exchange.tensors import State, from_wire, to_wire
+from gradientmail._exchange.watch import HeadWatch
 from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.mailbox import Mailbox, Version
 
-WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+log = logging.getLogger("gradientmail.exchange")
+
 SWEEP_EVERY = 16
 
 
 class Superseded(Exception):
-    """A fragment of the version being read was collected: read the head again."""
+    """A fragment of the version being read is missing: collected (the head moved on
+    meanwhile), or deleted (damage: see :class:`~gradientmail._exchange.reader.VersionReader`)."""
 
 
-def describe(model: torch.nn.Module) -> list[list[Any]]:
-    """``[name, shape, dtype]`` for every parameter, in ``named_parameters`` order."""
-    return [
-        [name, list(param.shape), str(param.dtype).removeprefix("torch.")]
-        for name, param in model.named_parameters()
-    ]
+class Written(NamedTuple):
+    """A version written: its token, fragments, fragment size, and state as stored (the
+    values in the wire dtype's precision)."""
 
-
-def first_difference(mine: list[list[Any]], shared: list[list[Any]]) -> str:
-    """The first parameter in which two descriptions differ, in words."""
-    for index, (a, b) in enumerate(zip(mine, shared, strict=False)):
-        if a != b:
-            return (
-                f"parameter {index}: this model has {a[0]} {tuple(a[1])} {a[2]}, the shared "
-                f"one {b[0]} {tuple(b[1])} {b[2]}"
-            )
-    if len(mine) != len(shared):
-        return f"this model has {len(mine)} parameters, the shared one {len(shared)}"
-    return "none"
-
-
-def to_wire(values: torch.Tensor, wire: torch.dtype) -> bytes:
-    """fp32 values as bytes in ``wire``; bf16 rounds stochastically, so rounding is unbiased."""
-    if wire == torch.float32:
-        return values.contiguous().numpy().tobytes()
-    bits = values.contiguous().view(torch.int32)
-    noise = torch.randint(0, 1 << 16, bits.shape, dtype=torch.int32)
-    rounded = ((bits + noise) & -65536).view(torch.float32)
-    rounded = torch.where(torch.isfinite(rounded), rounded, values)
-    return rounded.to(torch.bfloat16).view(torch.int16).numpy().tobytes()
-
-
-def from_wire(data: bytes, wire: torch.dtype) -> torch.Tensor:
-    """The fp32 values that :func:`to_wire` wrote."""
-    if wire == torch.float32:
-        return torch.frombuffer(bytearray(data), dtype=torch.float32)
-    return torch.frombuffer(bytearray(data), dtype=torch.bfloat16).float()
+    token: str
+    fragments: int
+    fragment_size: int
+    state: State
 
 
 @dataclass
 class SharedStore:
-    """One shared model's versions in a mailbox. Holds no state between calls but its config."""
+    """One shared model's versions in a mailbox: its requests, and the checks of what they
+    return. Holds no state between calls but its config, ``traffic`` and ``watch``."""
 
     mailbox: Mailbox
     keys: Keys
     wire: torch.dtype
     fragment_bytes: int
     keep: int
+    #: A version's fp32 values and int64 counts (integer buffers, stored after the values);
+    #: ``(0, 0)`` before the layout is known, when lengths are not checked.
+    elements: tuple[int, int] = (0, 0)
+    #: Where deletes go (``mailbox`` itself when ``None``): best effort, never waited for.
+    cleanup: Mailbox | None = None
+    #: Where unknown outcomes are counted, for ``Exchange.stats`` (a learner's store only).
+    tally: Tally | None = None
+    #: This learner's wall clock: the times in its ledger entry and on the heads it writes.
+    clock: Callable[[], float] = time.time
+    #: Checks every head read (never older than one read before; the writers' clocks).
+    watch: HeadWatch | None = None
     #: Requests and bytes so far, for ``Exchange.stats``.
     traffic: ExchangeTraffic = field(default_factory=ExchangeTraffic)
 
-    def fragments_for(self, elements: int) -> int:
-        itemsize = torch.empty((), dtype=self.wire).element_size()
-        return max(1, math.ceil(elements * itemsize / self.fragment_bytes))
-
     # -- layout -----------------------------------------------------------------------------
 
-    def ensure_layout(self, layout: dict[str, Any]) -> None:
-        """Create the layout record, or check this model against the one stored.
+    def ensure_layout(self, layout: dict[str, Any]) -> dict[str, Any]:
+        """Create the layout record, or check this model against the one stored; return
+        the record that is stored.
 
         Raises:
-            ConfigurationError: the shared model has other parameters, wire dtype or rule,
+            ConfigurationError: the shared model has another model or other shared settings,
                 naming the first difference.
+            InvalidDataError: the layout is missing while a head exists (it was deleted).
         """
-        if self.mailbox.put_if_absent(self.keys.layout, encode_record(layout)):
-            return
-        stored = decode_record(self.mailbox.get(self.keys.layout)) or {}
-        where = f"the shared model {self.keys.name!r} in {self.mailbox.url}"
-        if stored.get("params") != layout["params"]:
-            difference = first_difference(layout["params"], stored.get("params") or [])
-            raise ConfigurationError(
-                f"this model does not match {where}: {difference}. Pass the same model, or "
-                "another name= for a second shared model"
-            )
-        for option in ("wire", "rule", "parts"):
-            if stored.get(option) != layout[option]:
-                raise ConfigurationError(
-                    f"{where} was started with {option}={stored.get(option)!r}, this learner "
-                    f"asks for {layout[option]!r}; every learner must use the same"
+        stored = self.read_layout()
+        if stored is None and self.read_head() is not None:
+            stored = self.read_layout()  # the first learner writes the layout before the head
+            if stored is None:
+                raise InvalidDataError(
+                    f"{self.keys.layout} is missing while {self.keys.head} names a version: "
+                    f"the layout was deleted. {start_over(self.keys.head)}"
                 )
-
-    # -- the head ---------------------------------------------------------------------------
-
-    def read_head(self) -> tuple[Head, Version] | None:
-        self.traffic = self.traffic.plus(requests=1)
-        try:
-            data, version = self.mailbox.get_versioned(self.keys.head)
-        except KeyNotFoundError:
-            return None
-        self.traffic = self.traffic.plus(read=len(data))
-        return Head.decode(data, self.keys.head), version
-
-    def read_head_plain(self) -> Head | None:
-        """The head by a plain read, for readers on a store without compare-and-swap."""
-        try:
-            return Head.decode(self.mailbox.get(self.keys.head), self.keys.head)
-        except KeyNotFoundError:
-            return None
+        if stored is None:
+            if self.create(self.keys.layout, encode_record(layout)):
+                return layout
+            stored = decode_record(self.mailbox.get(self.keys.layout)) or {}
+        check_layout(stored, layout, f"the shared model {self.keys.name!r} in {self.mailbox.url}")
+        return stored
 
     def read_layout(self) -> dict[str, Any] | None:
         try:
             return decode_record(self.mailbox.get(self.keys.layout)) or {}
         except KeyNotFoundError:
             return None
+
+    def create(self, key: str, data: bytes) -> bool:
+        """``put_if_absent``, with an unknown outcome settled by reading ``key`` back: ``True``
+        when these bytes are there (a create of ours that landed), ``False`` when others are,
+        and a new try when the key is absent (the create did not land)."""
+        while True:
+            try:
+                return self.mailbox.put_if_absent(key, data)
+            except OutcomeUnknownError:
+                if self.tally is not None:
+                    self.tally.unknown_outcome()
+            try:
+                return self.mailbox.get(key) == data
+            except KeyNotFoundError:
+                continue
+
+    # -- the head ---------------------------------------------------------------------------
+
+    def read_head(self) -> tuple[Head, Version] | None:
+        """The head and its version (for a swap), checked by :attr:`watch`."""
+        self.traffic = self.traffic.plus(requests=1)
+        began = self.clock()
+        try:
+            data, version = self.mailbox.get_versioned(self.keys.head)
+        except KeyNotFoundError:
+            return None
+        self.traffic = self.traffic.plus(read=len(data))
+        return self._watched(data, began), version
+
+    def read_head_plain(self) -> Head | None:
+        """The head by a plain read, for readers on a store without compare-and-swap."""
+        began = self.clock()
+        try:
+            data = self.mailbox.get(self.keys.head)
+        except KeyNotFoundError:
+            return None
+        return self._watched(data, began)
+
+    def _watched(self, data: bytes, began: float) -> Head:
+        head = Head.decode(data, self.keys.head)
+        if self.watch is not None:
+            self.watch.seen(head, began, self.clock())
+        return head
 
     def swap_head(self, head: Head, expected: Version) -> Version | None:
         """Compare-and-swap the head; ``None`` when another write came first."""
@@ -153,30 +182,87 @@ class SharedStore:
         self.traffic = self.traffic.plus(requests=1, written=len(data))
         return self.mailbox.put_if_absent(self.keys.head, data)
 
+    def stored_versions(self) -> int:
+        """The highest version whose fragments are stored (one listing); -1 for none."""
+        highest = -1
+        for key in self.mailbox.list(self.keys.data):
+            version = token_version(key[len(self.keys.data) :].split("/", 1)[0])
+            highest = max(highest, -1 if version is None else version)
+        return highest
+
+    def missing(self) -> InvalidDataError:
+        """The error for a head missing while versions are stored: it was deleted."""
+        return InvalidDataError(
+            f"{self.keys.head} is missing, but {self.keys.data} holds versions of shared model "
+            f"{self.keys.name!r}: the head was deleted (a lifecycle rule, a cleanup, a partial "
+            f"restore), and a new start would drop their training. {start_over(self.keys.head)}"
+        )
+
     # -- versions ---------------------------------------------------------------------------
 
-    def read_state(self, head: Head) -> torch.Tensor:
-        """The flat fp32 state of ``head``'s version.
+    @property
+    def _itemsize(self) -> int:
+        return torch.empty((), dtype=self.wire).element_size()
+
+    def read_state(self, head: Head) -> State:
+        """The state of ``head``'s version, each fragment's length checked against the layout.
 
         Raises:
-            Superseded: a fragment was already collected (the head moved on meanwhile).
+            Superseded: a fragment is missing.
+            InvalidDataError: the head names another number of fragments than the layout
+                makes, or a fragment has another length (naming it and both lengths).
         """
-        chunks = []
+        values, counts = self.elements
+        total = values * self._itemsize + 8 * counts
+        if total and head.fragment_size:
+            expected = max(1, math.ceil(total / head.fragment_size))
+            if head.fragments != expected:
+                raise InvalidDataError(
+                    f"{self.keys.head} names {head.fragments} fragments for version "
+                    f"{head.version}, where the layout's {total} bytes in fragments of "
+                    f"{head.fragment_size} make {expected}. {start_over(self.keys.head)}"
+                )
+        chunks: list[bytes] = []
         for index in range(head.fragments):
+            key = self.keys.fragment(head.token, index)
+            self.traffic = self.traffic.plus(requests=1)
             try:
-                chunks.append(self.mailbox.get(self.keys.fragment(head.token, index)))
+                chunks.append(self.mailbox.get(key))
             except KeyNotFoundError as exc:
                 raise Superseded(head.token) from exc
-            finally:
-                self.traffic = self.traffic.plus(requests=1)
+            if total:
+                self._check_length(head, index, chunks, total)
         self.traffic = self.traffic.plus(read=sum(len(chunk) for chunk in chunks))
-        return from_wire(b"".join(chunks), self.wire)
+        data = b"".join(chunks)
+        split = len(data) - 8 * counts
+        count_values = torch.zeros(0, dtype=torch.int64)
+        if counts:
+            count_values = torch.frombuffer(bytearray(data[split:]), dtype=torch.int64)
+        return State(from_wire(data[:split], self.wire), count_values)
 
-    def write_state(self, version: int, state: torch.Tensor) -> tuple[str, int]:
-        """Write ``state`` as the fragments of a new token; return the token and count."""
+    def _check_length(self, head: Head, index: int, chunks: list[bytes], total: int) -> None:
+        size = head.fragment_size or (len(chunks[0]) if head.fragments > 1 else total)
+        last = index == head.fragments - 1
+        expected = total - size * (head.fragments - 1) if last else size
+        if len(chunks[index]) != expected:
+            raise InvalidDataError(
+                f"{self.keys.fragment(head.token, index)} holds {len(chunks[index])} bytes "
+                f"where the layout of shared model {self.keys.name!r} makes {expected}: it was "
+                f"changed by another program. {start_over(self.keys.head)}"
+            )
+
+    def missing_fragments(self, head: Head) -> list[str]:
+        """The keys of ``head``'s fragments that are not stored (one listing)."""
+        present = set(self.mailbox.list(self.keys.fragment(head.token, 0)[:-5]))
+        wanted = [self.keys.fragment(head.token, index) for index in range(head.fragments)]
+        return [key for key in wanted if key not in present]
+
+    def write_state(self, version: int, state: State) -> Written:
+        """Write ``state`` as the fragments of a new token."""
         token = new_data_token(version)
-        data = to_wire(state, self.wire)
-        itemsize = torch.empty((), dtype=self.wire).element_size()
+        values, stored = to_wire(state.values, self.wire)
+        data = values + state.counts.to(torch.int64).contiguous().numpy().tobytes()
+        itemsize = self._itemsize
         step = max(itemsize, self.fragment_bytes // itemsize * itemsize)
         count = max(1, math.ceil(len(data) / step))
         self.traffic = self.traffic.plus(requests=count, written=len(data))
@@ -184,14 +270,21 @@ class SharedStore:
             # A create, not a put: the token is new, and on file:// a create takes no lock,
             # so a learner stopped mid-write holds up no one else's writes.
             key = self.keys.fragment(token, index)
-            if not self.mailbox.put_if_absent(key, data[index * step : (index + 1) * step]):
+            if not self.create(key, data[index * step : (index + 1) * step]):
                 raise InvalidDataError(f"{key} existed before this learner wrote it")
-        return token, count
+        return Written(token, count, min(step, len(data)), State(stored, state.counts))
 
     def delete_data(self, token: str, count: int) -> None:
+        """Delete a version's fragments, as far as the store lets: what is left, the next
+        sweep deletes."""
         self.traffic = self.traffic.plus(requests=count)
+        cleanup = self.cleanup or self.mailbox
         for index in range(count):
-            self.mailbox.delete(self.keys.fragment(token, index))
+            key = self.keys.fragment(token, index)
+            try:
+                cleanup.delete(key)
+            except GradientMailError as exc:
+                log.info("could not delete %s (%s); left for the sweep", key, exc)
 
     def collect(self, head: Head, dropped: list[list[Any]]) -> None:
         """Delete the versions that left the history; every 16th version, sweep orphans."""
@@ -208,13 +301,17 @@ class SharedStore:
         a swap that creates version ``v`` names a token written for ``v``.
         """
         kept = {str(entry[1]) for entry in head.history}
+        cleanup = self.cleanup or self.mailbox
         gone = 0
-        for key in self.mailbox.list(self.keys.data):
-            token = key[len(self.keys.data) :].split("/", 1)[0]
-            version = token_version(token)
-            if version is not None and version <= head.version and token not in kept:
-                self.mailbox.delete(key)
-                gone += 1
+        try:
+            for key in cleanup.list(self.keys.data):
+                token = key[len(self.keys.data) :].split("/", 1)[0]
+                version = token_version(token)
+                if version is not None and version <= head.version and token not in kept:
+                    cleanup.delete(key)
+                    gone += 1
+        except GradientMailError as exc:
+            log.info("the sweep of %s stopped (%s); the next one goes on", self.keys.data, exc)
         return gone
 
     def next_history(
@@ -223,58 +320,3 @@ class SharedStore:
         """The history after adding a version, and the entries that fell out of it."""
         history = [*head.history, [version, token, count]]
         return history[-self.keep :], history[: -self.keep]
-
-
-def flat(model: torch.nn.Module) -> torch.Tensor:
-    """The model's parameters as one fp32 vector on their device (a copy)."""
-    return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
-
-
-def assign(model: torch.nn.Module, values: torch.Tensor) -> None:
-    """Copy a flat fp32 vector into the parameters, in order."""
-    offset = 0
-    with torch.no_grad():
-        for p in model.parameters():
-            n = p.numel()
-            p.copy_(values[offset : offset + n].view_as(p).to(device=p.device, dtype=p.dtype))
-            offset += n
-
-
-def check_wire(wire: str) -> torch.dtype:
-    if wire not in WIRE_DTYPES:
-        raise ConfigurationError(
-            f"wire={wire!r} is not supported; use one of {sorted(WIRE_DTYPES)}"
-        )
-    return WIRE_DTYPES[wire]
-
-
-def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model") -> int:
-    """Load the current shared parameters of ``name`` into ``model``; return their version.
-
-    Works on any mailbox (a plain read): for evaluation, export, or a model outside the run.
-
-    Raises:
-        ConfigurationError: no shared model of that name is in the mailbox, or ``model``
-            does not match it (the first difference is named).
-    """
-    layout = SharedStore(mailbox, Keys(name), WIRE_DTYPES["float32"], 1, 1).read_layout()
-    if layout is None:
-        raise ConfigurationError(
-            f"{mailbox.url} holds no shared model named {name!r}: an Exchange publishes it "
-            "when its first learner enters"
-        )
-    mine = describe(model)
-    if layout.get("params") != mine:
-        difference = first_difference(mine, layout.get("params") or [])
-        raise ConfigurationError(f"this model does not match shared model {name!r}: {difference}")
-    store = SharedStore(mailbox, Keys(name), check_wire(str(layout.get("wire"))), 1, 1)
-    while True:
-        head = store.read_head_plain()
-        if head is None:
-            raise ConfigurationError(f"shared model {name!r} in {mailbox.url} has no version yet")
-        try:
-            state = store.read_state(head)
-        except Superseded:
-            continue
-        assign(model, state[: sum(p.numel() for p in model.parameters())])
-        return head.version

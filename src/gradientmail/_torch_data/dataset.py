@@ -20,13 +20,13 @@ from multiprocessing import RawValue
 from multiprocessing import context as _mp_context
 from typing import Any, TypeVar
 
-import torch.distributed
 from torch.utils.data import IterableDataset, get_worker_info
 
 from gradientmail._errors import ConfigurationError
 from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail._keys import validate_segment
 from gradientmail._torch_data.acks import AckBoard, WorkerGate, current_gate
+from gradientmail._torch_world import world_size as _distributed_world_size
 from gradientmail.backends._options import positive, redact
 from gradientmail.mailbox import Capability, Mailbox
 from gradientmail.patterns._progress import check_reporter, pop_reporter
@@ -298,16 +298,6 @@ class SharedQueueDataset(IterableDataset[T]):
             f"<SharedQueueDataset {len(self.units)} units, learner {self.learner_id!r}, "
             f"epoch {self.epoch}, mailbox {redact(self.mailbox.url)!r}>"
         )
-
-
-def _distributed_world_size() -> int:
-    """Processes in the ``torch.distributed`` job (1 when there is none)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return int(torch.distributed.get_world_size())
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
 
 
 class _Closer:

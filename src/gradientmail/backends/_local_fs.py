@@ -8,6 +8,13 @@ Opening
     caller checks the type with :func:`kind`: a symbolic link is never followed, and a FIFO,
     socket or device never blocks an open.
 
+Folders that come and go
+    A delete removes the folders its key left empty (:func:`prune_empty`, by ``rmdir``,
+    which refuses a folder that is not empty). A walk that makes missing folders
+    (:func:`open_below` with ``create``) makes one again when it was removed while the walk
+    passed it, and a writer that finds its folder removed before it placed its value
+    (:func:`removed`) opens the path again: no write is lost to a removed folder.
+
 Locks that survive neither death nor fork
     Descriptors that carry an ``flock`` (compare-and-swap lock stripes and staged files) are
     opened with :func:`open_held` and closed with :func:`close_held`. Those two pass through
@@ -20,7 +27,7 @@ Locks that survive neither death nor fork
       the parent's thread believes it released;
     * replaces the process-local stripe locks (:func:`stripe_lock`), which another thread
       may have held at the fork;
-    * makes every registered mailbox drop its cached root descriptor
+    * makes every registered mailbox root drop its cached descriptor
       (``_after_fork_in_child``), so the child opens its own.
 
     Descriptors of the forking thread itself are left alone: it carries on in the child.
@@ -43,15 +50,19 @@ __all__ = [
     "O_DIR",
     "O_FILE",
     "STAGING",
+    "close_chain",
     "close_held",
     "fork_gate",
     "kind",
     "open_below",
+    "open_chain",
     "open_dir",
     "open_held",
     "open_managed",
     "open_root",
+    "prune_empty",
     "register_for_fork",
+    "removed",
     "stripe_lock",
 ]
 
@@ -62,6 +73,8 @@ O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOE
 #: Flags added to every open of a file the backend manages.
 O_FILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 STRIPES = 256
+#: How many times a walk with ``create`` makes again a directory removed under it.
+REMADE = 100
 
 _KINDS = (
     (stat.S_ISREG, "regular file"),
@@ -129,10 +142,23 @@ def open_below(root: int, names: Sequence[str], *, create: bool) -> int:
     link), and made if missing when ``create`` is true; otherwise -1 is returned for a
     missing one. The caller closes the descriptor returned.
 
+    With ``create``, a component removed while the walk passes it (a delete removed the
+    directory when its last key went, see :func:`prune_empty`) is made again: the walk
+    starts over from ``root``, up to :data:`REMADE` times.
+
     Raises:
         OSError: ``filename`` is the failing path inside ``root`` (``ELOOP`` for a link,
             ``ENOTDIR`` for anything else that is not a directory).
     """
+    for _ in range(REMADE if create else 0):
+        try:
+            return _open_below(root, names, create)
+        except FileNotFoundError:
+            continue  # a directory on the way went while we passed it: make it again
+    return _open_below(root, names, create)
+
+
+def _open_below(root: int, names: Sequence[str], create: bool) -> int:
     fd = root
     try:
         for depth, name in enumerate(names, 1):
@@ -151,6 +177,62 @@ def open_below(root: int, names: Sequence[str], *, create: bool) -> int:
             os.close(fd)
         raise
     return fd
+
+
+def open_chain(root: int, names: Sequence[str]) -> list[int] | None:
+    """Open ``root/names[0]``, ``root/names[0]/names[1]``... and return every descriptor.
+
+    Each is opened relative to the one before, never through a link; ``None`` when one is
+    missing. The caller closes them (:func:`close_chain`).
+
+    Raises:
+        OSError: as :func:`open_below` (``filename`` is the failing path inside ``root``).
+    """
+    chain: list[int] = []
+    try:
+        for depth, name in enumerate(names, 1):
+            try:
+                chain.append(open_dir(name, chain[-1] if chain else root))
+            except FileNotFoundError:
+                close_chain(chain)
+                return None
+            except OSError as exc:
+                exc.filename = "/".join(names[:depth])
+                raise
+    except BaseException:
+        close_chain(chain)
+        raise
+    return chain
+
+
+def close_chain(chain: Sequence[int]) -> None:
+    """Close the descriptors :func:`open_chain` returned."""
+    for fd in chain:
+        os.close(fd)
+
+
+def prune_empty(root: int, chain: Sequence[int], names: Sequence[str]) -> None:
+    """Remove the directories of ``names`` that are empty, deepest first, never ``root``.
+
+    ``chain`` is :func:`open_chain`'s answer for ``names``. Each directory is removed by
+    ``rmdir``, which the system refuses for a directory that is not empty, so a name
+    created in it first keeps it; the walk stops at the first one kept (or gone already).
+    A create that opened a directory just before it went makes it again (see
+    :func:`open_below`) and never loses its write.
+    """
+    for depth in range(len(names) - 1, -1, -1):
+        try:
+            os.rmdir(names[depth], dir_fd=chain[depth - 1] if depth else root)
+        except OSError:
+            return  # not empty, gone already, or replaced by something else: kept
+
+
+def removed(fd: int) -> bool:
+    """Whether the directory open as ``fd`` was removed (a write into it fails)."""
+    try:
+        return os.fstat(fd).st_nlink == 0
+    except OSError as exc:
+        return exc.errno == errno.ESTALE
 
 
 def _open_or_make(parent: int, name: str, create: bool) -> int:

@@ -2,8 +2,9 @@
 
 ``file:///abs/dir`` or a plain path (created if missing); option ``fsync`` (default
 ``true``). Guarantees, in short: ``put_if_absent`` is atomic across threads and processes
-(a staged file ``link()``-ed into place) and needs no lock; ``put``, ``delete`` and
-compare-and-swap take one of 256 ``flock`` stripes, so CAS is linearizable against them;
+(a staged file ``link()``-ed into place); compare-and-swap and ``put`` take one of 256
+``flock`` stripes, ``put_if_absent`` and ``delete`` none, and CAS is linearizable against
+all of them (``local_swaps`` says how a delete gives way to a swap without a lock);
 readers never see a partial value; no link inside the root is followed and no key escapes
 it; FIFOs, sockets and devices are refused, never opened; threads may share a handle and
 ``fork()`` is safe at any time; ``list`` streams in ascending key order with bounded
@@ -13,12 +14,9 @@ memory. ``docs/file-store.md`` states each guarantee in full, with the layout.
 from __future__ import annotations
 
 import errno
-import fcntl
-import hashlib
 import os
 import socket
 import stat
-import threading
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -30,24 +28,19 @@ from gradientmail._errors import (
     KeyNotFoundError,
     OutcomeUnknownError,
 )
-from gradientmail.backends import _local_errors as local_errors
 from gradientmail.backends import _local_fs as fs
 from gradientmail.backends import _local_layout as layout
 from gradientmail.backends import _local_staging as staging_files
+from gradientmail.backends import _local_swaps as swaps
 from gradientmail.backends._base import BaseMailbox, Conflict, Stat
 from gradientmail.backends._local_layout import CHUNK_BYTES
+from gradientmail.backends._local_root import RootDirectory, inside
 from gradientmail.backends._options import file_url, parse_bool, parse_options, redact, split_url
 from gradientmail.mailbox import Capability, Version
 
 __all__ = ["CHUNK_BYTES", "FileMailbox"]  # CHUNK_BYTES: re-exported from local_layout
 
 _HOST = socket.gethostname().replace(".", "_")
-
-
-def _inside(exc: OSError, *names: str) -> OSError:
-    """Name the failing entry by its path inside the root, for the message."""
-    exc.filename = "/".join(names)
-    return exc
 
 
 class FileMailbox(BaseMailbox):
@@ -67,8 +60,7 @@ class FileMailbox(BaseMailbox):
         super().__init__(file_url(root), options)
         self.root = root
         self.fsync = fsync
-        self._cached: int | None = None  # the root's descriptor, opened once per process
-        self._cache_lock = threading.Lock()
+        self._dir = RootDirectory(root, self.url)
         try:
             os.makedirs(root, exist_ok=True)
         except FileExistsError as exc:
@@ -80,9 +72,9 @@ class FileMailbox(BaseMailbox):
         try:
             with self._managed(fs.STAGING) as staging:
                 staging_files.sweep_staging(staging)
+                swaps.sweep(staging)
         except OSError as exc:
             raise self._map(exc, None) from exc
-        fs.register_for_fork(self)
 
     @classmethod
     def open(cls, url: str, **options: Any) -> FileMailbox:
@@ -105,75 +97,31 @@ class FileMailbox(BaseMailbox):
         root = os.path.normpath(split.path)
         return cls(root, fsync=opts["fsync"])
 
-    # -- descriptors and errors -------------------------------------------------------------
+    # -- the directory and errors -----------------------------------------------------------
 
     def _root(self) -> int:
-        fd = self._cached
-        if fd is None:
-            with self._cache_lock:
-                fd = self._cached
-                if fd is None:
-                    try:
-                        with fs.fork_gate():  # a fork sees it either cached or not yet open
-                            fd = self._cached = fs.open_root(self.root)
-                    except FileNotFoundError as exc:
-                        if exc.filename == self.root:
-                            raise self._removed() from exc
-                        raise self._map(exc, None) from exc
-                    except OSError as exc:
-                        raise self._map(exc, None) from exc
-        return fd
+        return self._dir.fd()
 
     @contextmanager
     def _managed(self, name: str) -> Iterator[int]:
-        """``.tmp`` or ``.locks``, opened for one use (``OSError`` names it)."""
-        fd = fs.open_managed(self._root(), name)
-        try:
+        with self._dir.managed(name) as fd:
             yield fd
-        finally:
-            os.close(fd)
 
     def close(self) -> None:
         """Close cached directory descriptors; they reopen on next use."""
-        with self._cache_lock:
-            self._drop_cached()
-
-    def __del__(self) -> None:
-        self._drop_cached()
-
-    def _after_fork_in_child(self) -> None:
-        """Drop the parent's descriptors (called in a forked child by ``local_fs``)."""
-        self._cache_lock = threading.Lock()
-        self._drop_cached()  # closes the child's copies only
-
-    def _drop_cached(self) -> None:
-        fd, self._cached = getattr(self, "_cached", None), None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._dir.close()
 
     def _root_gone(self) -> bool:
-        fd = self._cached
-        try:
-            if fd is not None:
-                return os.fstat(fd).st_nlink == 0
-            return not os.path.isdir(self.root)
-        except OSError:
-            return False
+        return self._dir.gone()
 
     def _removed(self) -> BucketNotFoundError:
-        return local_errors.removed(self.root, self.url)
+        return self._dir.removed()
 
     def _foreign(self, mode: int, name: str, key: str | None) -> BackendError:
-        return local_errors.foreign(mode, name, key, root=self.root, url=self.url)
+        return self._dir.foreign(mode, name, key)
 
     def _map(self, exc: OSError, key: str | None) -> BackendError:
-        """The one place OS errors become gradientmail errors, naming the entry involved."""
-        if exc.errno == errno.ENOENT and self._root_gone():
-            return self._removed()
-        return local_errors.mapped(exc, key, root=self.root, url=self.url)
+        return self._dir.map(exc, key)
 
     def _write_id(self, raw: bytes, key: str) -> str:
         write_id = layout.parse_header(raw)
@@ -193,25 +141,6 @@ class FileMailbox(BaseMailbox):
             backend=self.url,
         )
 
-    @contextmanager
-    def _locked(self, key: str) -> Iterator[None]:
-        stripe = hashlib.blake2b(key.encode("utf-8"), digest_size=2).digest()[0]
-        name = f"{stripe:02x}"
-        with fs.stripe_lock(stripe):
-            with self._managed(fs.LOCKS) as locks:
-                try:
-                    fd = fs.open_held(name, os.O_RDWR | os.O_CREAT | fs.O_FILE, locks)
-                except OSError as exc:
-                    raise _inside(exc, fs.LOCKS, name) from None
-            try:
-                mode = os.fstat(fd).st_mode
-                if not stat.S_ISREG(mode):
-                    raise self._foreign(mode, f"{fs.LOCKS}/{name}", key)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                fs.close_held(fd)  # releases the flock
-
     # -- paths ------------------------------------------------------------------------------
 
     @contextmanager
@@ -229,16 +158,12 @@ class FileMailbox(BaseMailbox):
             if fd not in (root, -1):
                 os.close(fd)
 
-    def _publish(
-        self, key: str, data: bytes, write_id: str, place: Callable[[str, int, int, str, str], bool]
-    ) -> bool:
-        """Stage the value, then ``place(staged, staging, parent, leaf, path)`` it, fsyncing.
+    @contextmanager
+    def _staged(self, data: bytes, write_id: str) -> Iterator[tuple[int, str]]:
+        """``(staging, name)``: the value written whole to a staged file, locked until the end.
 
-        Returns what ``place`` returned: whether the value was placed (``False``: the name
-        was taken). The staged file stays locked until it is placed or removed (see
-        ``local_fs``). An error once the value was placed raises ``OutcomeUnknownError``.
+        The staged file is removed at the end if it was not placed (see ``local_staging``).
         """
-        names, leaf = layout.encode(key)
         with self._managed(fs.STAGING) as staging:
             try:
                 staged, fd = staging_files.stage(
@@ -248,21 +173,46 @@ class FileMailbox(BaseMailbox):
                     fsync=self.fsync,
                 )
             except OSError as exc:
-                raise _inside(exc, fs.STAGING, str(exc.filename or "")) from None
-            placed = False
+                raise inside(exc, fs.STAGING, str(exc.filename or "")) from None
             try:
-                with self._parent(names, create=True) as parent:
-                    assert parent is not None
-                    placed = place(staged, staging, parent, leaf, "/".join([*names, leaf]))
-                    if placed and self.fsync:
-                        os.fsync(parent)
-            except OSError as exc:
-                if placed:
-                    raise self._landed(exc, key) from exc
-                raise
+                yield staging, staged
             finally:
                 staging_files.discard_staged(staging, staged, fd)
-        return placed
+
+    def _publish(
+        self, key: str, data: bytes, write_id: str, place: Callable[[str, int, int, str, str], bool]
+    ) -> bool:
+        """Stage the value, then ``place(staged, staging, parent, leaf, path)`` it, fsyncing.
+
+        Returns what ``place`` returned: whether the value was placed (``False``: the name
+        was taken). A folder removed before the value got in (a delete took its last key)
+        is made again and the value placed there. An error once the value was placed
+        raises ``OutcomeUnknownError``.
+        """
+        names, leaf = layout.encode(key)
+        path = "/".join([*names, leaf])
+        with self._staged(data, write_id) as (staging, staged):
+            for _ in range(fs.REMADE):
+                with self._parent(names, create=True) as parent:
+                    assert parent is not None
+                    try:
+                        placed = place(staged, staging, parent, leaf, path)
+                    except FileNotFoundError:
+                        if fs.removed(parent):
+                            continue  # emptied and removed since we opened it: make it again
+                        raise
+                    if placed:
+                        self._sync(parent, key)
+                    return placed
+        raise FileNotFoundError(errno.ENOENT, "its folder kept being removed", path)
+
+    def _sync(self, parent: int, key: str) -> None:
+        """fsync the directory a value was just placed in (with ``fsync``)."""
+        if self.fsync:
+            try:
+                os.fsync(parent)
+            except OSError as exc:
+                raise self._landed(exc, key) from exc
 
     def _open_value(self, key: str) -> int | None:
         """A descriptor of the key's value file, or ``None`` if there is none."""
@@ -275,7 +225,7 @@ class FileMailbox(BaseMailbox):
             except FileNotFoundError:
                 return None
             except OSError as exc:
-                raise _inside(exc, *names, leaf) from None
+                raise inside(exc, *names, leaf) from None
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             os.close(fd)
@@ -299,7 +249,7 @@ class FileMailbox(BaseMailbox):
                     raise self._foreign(mode, path, key) from None
                 return False
             except OSError as exc:
-                raise _inside(exc, path) from None
+                raise inside(exc, path) from None
 
         try:
             placed = self._publish(key, data, write_id, link)
@@ -339,40 +289,65 @@ class FileMailbox(BaseMailbox):
         try:
             os.rename(staged, leaf, src_dir_fd=staging, dst_dir_fd=parent)
         except OSError as exc:
-            raise _inside(exc, path) from None
+            raise inside(exc, path) from None
         return True
 
     def _write(self, key: str, data: bytes, write_id: str) -> None:
         try:
-            with self._locked(key):
+            with self._dir.locked(key):
                 self._publish(key, data, write_id, self._rename_into_place)
         except OSError as exc:
             raise self._map(exc, key) from exc
 
     def _delete(self, key: str) -> None:
         names, leaf = layout.encode(key)
+        name = swaps.announcement(key)
         try:
-            with self._locked(key), self._parent(names, create=False) as parent:
-                if parent is None:
+            root = self._root()
+            with self._managed(fs.STAGING) as staging:
+                chain = fs.open_chain(root, names)
+                if chain is None:
                     return
                 try:
-                    os.unlink(leaf, dir_fd=parent)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    raise _inside(exc, *names, leaf) from None
+                    try:
+                        deleted = swaps.delete(chain[-1] if chain else root, leaf, staging, name)
+                    except OSError as exc:
+                        where = [*names, leaf] if exc.filename == leaf else [fs.STAGING, name]
+                        raise inside(exc, *where) from None
+                    if deleted:
+                        fs.prune_empty(root, chain, names)
+                finally:
+                    fs.close_chain(chain)
         except OSError as exc:
             raise self._map(exc, key) from exc
 
     def _replace(
         self, key: str, data: bytes, version: Version, write_id: str
     ) -> Version | Conflict:
+        names, leaf = layout.encode(key)
+        path = "/".join([*names, leaf])
+
+        def matches() -> bool:
+            current = self._stat(key)
+            return current is not None and current.version == version
+
         try:
-            with self._locked(key):
-                current = self._stat(key)
-                if current is None or current.version != version:
-                    return Conflict.LOST
-                self._publish(key, data, write_id, self._rename_into_place)
+            # Versions never repeat: a key not at ``version`` now never will be again.
+            if not matches():
+                return Conflict.LOST
+            with self._staged(data, write_id) as (staging, staged):
+
+                def place(announced: int) -> None:
+                    with self._parent(names, create=False) as parent:
+                        if parent is None:
+                            raise FileNotFoundError(errno.ENOENT, "no key", "/".join(names))
+                        self._rename_into_place(staged, announced, parent, leaf, path)
+                        self._sync(parent, key)
+
+                with self._dir.locked(key):
+                    name = swaps.announcement(key)
+                    if not swaps.swap(staging, name, staged, matches, place):
+                        return Conflict.LOST
         except OSError as exc:
             raise self._map(exc, key) from exc
         return Version(write_id)

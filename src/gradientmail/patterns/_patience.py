@@ -33,11 +33,15 @@ from gradientmail._errors import TransientBackendError
 from gradientmail._forwarding import Forwarding
 from gradientmail.mailbox import BytesLike, Mailbox, Version
 
-__all__ = ["Patient"]
+__all__ = ["DEFAULT_PATIENCE_S", "Patient"]
 
 _log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+
+#: How long a pattern rides out an outage unless told otherwise: a shared queue's default
+#: lease (a queue waits for its own lease), and an Exchange's default ``patience``.
+DEFAULT_PATIENCE_S = 60.0
 
 #: The first pause after a failed call; each later one lasts as long as the outage so far,
 #: up to :data:`MAX_PAUSE_S`.
