@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import pytest
 
 from gradientmail import Capability, Mailbox
+from gradientmail._counting import Counting, RequestTally
 from gradientmail._record_codec import decode_record
 from gradientmail.backends.memory import MemoryMailbox
 from gradientmail.patterns._claims import parse_claim
@@ -44,7 +45,7 @@ from gradientmail.patterns.shared_queue._loader import ClaimLoop
 from gradientmail.patterns.shared_queue._pacing import Pacing
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
 from gradientmail.patterns.shared_queue._scope import Scope, Setup
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._stats import SCANS, QueueCost, QueueStats
 from gradientmail.patterns.shared_queue._takeover import Takeover
 from gradientmail.patterns.shared_queue._unit_claims import Held, UnitClaims
 from gradientmail.patterns.shared_queue._waiting import NOTICE_S, Next, Waiting
@@ -197,18 +198,23 @@ class Learner:
         #: Set while the learner renews nothing (paused, or slow).
         self.silent = False
         sim.every(self.lease.period, self.renew)
-        self.claims = UnitClaims(box, LAYOUT, name, self.lease.incarnation)
+        # Its requests go through the counting door, as an epoch's do (its cost is a view).
+        self.tally = RequestTally()
+        counted = Counting(box, self.tally)
+        self.claims = UnitClaims(counted, LAYOUT, name, self.lease.incarnation)
         stats = QueueStats()
-        pages = ClaimPages(box, LAYOUT.units, stats.cost)
+        pages = ClaimPages(counted, LAYOUT.units)
         policy = ClaimPolicy(list(UNITS), name, pages, shared_order=True)
         self.holdings = Holdings() if holdings is None else holdings
         closing = Paced(sim, self.step)
         self.scope = Scope(self.claims, self.lease, policy, self.holdings, stats, closing)
         # The epoch's parts, built as the epoch builds them, on the simulation's clock.
-        watcher = LeaseWatcher(box, LEASES_PREFIX, duration=LEASE, clock=sim.clock)
+        watcher = LeaseWatcher(counted, LEASES_PREFIX, duration=LEASE, clock=sim.clock)
         idle = IdleWatch(self.claims, watcher, self.lease.period)
         pacing = Pacing(self.lease.period, closing)
-        takeover = Takeover(self.scope, watcher, idle, pacing)
+        scanning = Counting(box, self.tally, label=SCANS)
+        scans = UnitClaims(scanning, LAYOUT, name, self.lease.incarnation)
+        takeover = Takeover(self.scope, scans, watcher, idle, pacing)
         self.waiting = Waiting(self.scope, idle, takeover, pacing, wait_for_others=True)
         # prefetch 1, no reporter, waiting for others, in the mapping's order, recorded at once
         setup = Setup(box, dict.fromkeys(UNITS), list, name, 1, None, True, True, IMMEDIATELY)
@@ -220,6 +226,11 @@ class Learner:
         #: What each step decided.
         self.steps: list[Held | Next] = []
         self.ended_at: float | None = None
+
+    @property
+    def cost(self) -> QueueCost:
+        """What its claiming and waiting cost, as ``queue.stats.cost`` says it."""
+        return QueueCost.of(self.tally.counts())
 
     def renew(self) -> None:
         """Its lease's renewal, due every period, unless it is silent."""
@@ -314,7 +325,7 @@ def test_a_waiting_learner_looks_for_the_end_each_second_and_ends_within_one(
     gaps = [later - earlier for earlier, later in itertools.pairwise(looks.polls)]
     for earlier, later in itertools.pairwise(gaps):  # its full polls back off
         assert later == pytest.approx(min(2 * earlier, LEASE / 3)), f"full polls {gaps}"
-    assert waiter.scope.stats.cost.idle_polls == len(looks.polls)
+    assert waiter.cost.idle_polls == len(looks.polls)
     moments = [began, *(t for t in looks.at if t <= finished_at), finished_at]
     longest = max(later - earlier for earlier, later in itertools.pairwise(moments))
     assert longest <= NOTICE_S, f"{longest:.1f} s without a look that would show the end"
@@ -448,7 +459,7 @@ def test_a_busy_learner_that_renews_once_suspected_stays_watched_and_is_not_scan
         busy.lease.renew()
 
     def suspected() -> bool:
-        return waiter.scope.stats.cost.wait_scans > 0
+        return waiter.cost.wait_scans > 0
 
     sim.after(LEASE / 2, lambda: setattr(hook, "renew", wakes))  # armed while it is silent
     sim.run(suspected, within=2 * LEASE)
@@ -466,7 +477,7 @@ def test_a_busy_learner_that_renews_once_suspected_stays_watched_and_is_not_scan
 
     sim.after(2 * LEASE, finishes)
     sim.run(ended_by(busy, waiter), within=4 * LEASE)
-    assert waiter.scope.stats.cost.wait_scans == 1, "it scanned the claims for a live learner"
+    assert waiter.cost.wait_scans == 1, "it scanned the claims for a live learner"
     assert end_record(box)["by"] in {"h", "w"}
 
 

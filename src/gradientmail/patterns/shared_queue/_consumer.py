@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from gradientmail._counting import RequestTally
 from gradientmail._errors import BackendError, LeaseLostError
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._patience import Patient
@@ -32,7 +33,7 @@ from gradientmail.patterns._run_layout import LEASES_PREFIX, check_manifest
 from gradientmail.patterns._workers import Bell
 from gradientmail.patterns.shared_queue._epoch import EMPTY, EpochRun
 from gradientmail.patterns.shared_queue._scope import Setup
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._stats import QueueCost, QueueStats
 
 __all__ = ["SharedQueue"]
 
@@ -62,7 +63,9 @@ class SharedQueue(Generic[T]):
     ) -> None:
         self.learner_id = setup.learner_id
         self.epoch = epochs[0][0]
-        self.stats = QueueStats()
+        self._stats = QueueStats()
+        #: Where every request of this learner's epochs is counted (``stats.cost``).
+        self._tally = RequestTally()
         self._setup = setup
         self._pending = deque(epochs)
         #: Each epoch's place in the order this learner goes through them.
@@ -79,6 +82,13 @@ class SharedQueue(Generic[T]):
         self._bell = Bell()
         self._open: list[EpochRun[T]] = []
         self._state = _State()
+
+    @property
+    def stats(self) -> QueueStats:
+        """Live telemetry (see :class:`QueueStats`); its ``cost`` is a view of the requests
+        counted so far, taken now."""
+        self._stats.cost = QueueCost.of(self._tally.counts(), self._lease.renewals)
+        return self._stats
 
     def _start(self) -> None:
         """Check the manifest, take the lease, open the first epoch. Each request waits out
@@ -118,14 +128,14 @@ class SharedQueue(Generic[T]):
                         break
                     if item is not EMPTY:
                         self.epoch = run.epoch
-                        self.stats.items_delivered += 1
+                        self._stats.items_delivered += 1
                         return item  # type: ignore[return-value]  # not EMPTY: an item
                 if ended is not None:
                     self._ended(ended)
                     continue
                 if not self._open:
                     state.exhausted = True
-                    self.stats.run_complete = not self._unfinished and not self._pending
+                    self._stats.run_complete = not self._unfinished and not self._pending
                     raise StopIteration
                 self._waited(bell.wait(seen))
         except LeaseLostError:
@@ -137,7 +147,7 @@ class SharedQueue(Generic[T]):
 
     def _waited(self, seconds: float) -> None:
         if seconds:
-            self.stats.wait_s += seconds
+            self._stats.wait_s += seconds
             if self._setup.reporter is not None:
                 self._setup.reporter.data_waited(seconds)
 
@@ -160,7 +170,13 @@ class SharedQueue(Generic[T]):
                 self._open[0].epoch,
             )
         run: EpochRun[T] = EpochRun(
-            self._setup, epoch, identifiers, lease=self._lease, stats=self.stats, bell=self._bell
+            self._setup,
+            epoch,
+            identifiers,
+            lease=self._lease,
+            stats=self._stats,
+            tally=self._tally,
+            bell=self._bell,
         )
         self._open.append(run)
         self._name_epochs()
@@ -260,7 +276,6 @@ class SharedQueue(Generic[T]):
                 error = error or exc
         self._open.clear()
         state.ended.clear()
-        self.stats.cost.lease_renewals = self._lease.renewals
         failed = next(
             (run.error for run in runs if run.completes_at_close and run.error is not None), None
         )

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from gradientmail._counting import Counting, RequestTally
 from gradientmail._errors import LeaseLostError
 from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns._patience import Patient
@@ -45,7 +46,7 @@ from gradientmail.patterns.shared_queue._pacing import Pacing
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
 from gradientmail.patterns.shared_queue._recorder import CompletionRecorder
 from gradientmail.patterns.shared_queue._scope import Scope, Setup
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._stats import SCANS, QueueStats
 from gradientmail.patterns.shared_queue._takeover import Takeover
 from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
 from gradientmail.patterns.shared_queue._waiting import Waiting
@@ -72,6 +73,7 @@ class EpochRun(Generic[T]):
         *,
         lease: Lease,
         stats: QueueStats,
+        tally: RequestTally,
         bell: Bell,
     ) -> None:
         self.setup = setup
@@ -83,7 +85,7 @@ class EpochRun(Generic[T]):
         self.complete = False
         self._bell = bell
         self._buffer: HandoffBuffer[T] = HandoffBuffer(setup.prefetch, bell)
-        self._parts = self._build(identifiers, lease, stats)
+        self._parts = self._build(identifiers, lease, stats, tally)
         self._ended = False
 
     @property
@@ -91,7 +93,9 @@ class EpochRun(Generic[T]):
         """The loader's name, for errors."""
         return f"shared_queue loader of learner {self.setup.learner_id!r}"
 
-    def _build(self, identifiers: list[str], lease: Lease, stats: QueueStats) -> _Parts:
+    def _build(
+        self, identifiers: list[str], lease: Lease, stats: QueueStats, tally: RequestTally
+    ) -> _Parts:
         """Build every part of the epoch, and hand each the siblings it works with.
 
         No part builds another. What the loader thread does first (its scan, the members,
@@ -101,11 +105,17 @@ class EpochRun(Generic[T]):
         closing = threading.Event()
         # The loader and the recorder ride out a store outage shorter than the lease (past
         # it, this learner could not have renewed in time anyway); the lease renews on its
-        # own schedule with the mailbox itself.
+        # own schedule with the mailbox itself. Every request they send, each try of it, is
+        # counted by the one door (the takeovers' scans under their own label).
         what = f"shared_queue learner {setup.learner_id!r}"
-        mailbox = Patient(setup.mailbox, lease.duration, closing, what)
-        claims = UnitClaims(mailbox, RunLayout(self.epoch), setup.learner_id, lease.incarnation)
-        pages = ClaimPages(mailbox, claims.layout.units, stats.cost)
+        counted = Counting(setup.mailbox, tally)
+        mailbox = Patient(counted, lease.duration, closing, what)
+        scanning = Patient(
+            Counting(setup.mailbox, tally, label=SCANS), lease.duration, closing, what
+        )
+        layout = RunLayout(self.epoch)
+        claims = UnitClaims(mailbox, layout, setup.learner_id, lease.incarnation)
+        pages = ClaimPages(mailbox, layout.units)
         policy = ClaimPolicy(identifiers, setup.learner_id, pages, shared_order=setup.shared_order)
         scope = Scope(claims, lease, policy, Holdings(), stats, closing)
         # One watcher for the idle watch and the takeovers: a holder watched by the one can
@@ -113,7 +123,8 @@ class EpochRun(Generic[T]):
         watcher = LeaseWatcher(mailbox, LEASES_PREFIX, duration=lease.duration)
         idle = IdleWatch(claims, watcher, lease.period)
         pacing = Pacing(lease.period, closing)
-        takeover = Takeover(scope, watcher, idle, pacing)
+        scans = UnitClaims(scanning, layout, setup.learner_id, lease.incarnation)
+        takeover = Takeover(scope, scans, watcher, idle, pacing)
         waiting = Waiting(scope, idle, takeover, pacing, wait_for_others=setup.wait_for_others)
         loop = ClaimLoop(
             scope,

@@ -138,8 +138,6 @@ class ClaimLoop:
         back first)."""
         claims, stats, policy = self.scope.claims, self.scope.stats, self.scope.policy
         scan = claims.scan()
-        stats.cost.listings += 2
-        stats.cost.listed_keys += len(scan.claimed) + len(scan.done)
         ids = policy.position
         done = sum(1 for ident in scan.done if ident in ids)
         stats.units_done_before += done  # summed over a flowing queue's epochs
@@ -153,7 +151,6 @@ class ClaimLoop:
                 done,
             )
         members = self.idle.learners()
-        stats.cost.listings += 1
         policy.begin(scan.claimed, members)
         if claims.cas and claims.incarnation > 1:
             # An earlier incarnation of this learner may have left units and a marker.

@@ -48,6 +48,8 @@ class Takeover:
 
     Args:
         scope: what the epoch's threads share.
+        claims: the epoch's claims, through a door that counts the takeovers' requests
+            under their own label (``queue.stats.cost.wait_scans``).
         watcher: the learner's lease watcher, shared with its idle watch (so a holder
             watched there can be declared lost here).
         idle: this learner's idle marker, removed before it takes a unit.
@@ -55,10 +57,15 @@ class Takeover:
     """
 
     def __init__(
-        self, scope: Scope, watcher: LeaseWatcher, idle: IdleWatch, pacing: Pacing
+        self,
+        scope: Scope,
+        claims: UnitClaims,
+        watcher: LeaseWatcher,
+        idle: IdleWatch,
+        pacing: Pacing,
     ) -> None:
         self.scope = scope
-        self.claims = scope.claims
+        self.claims = claims
         self.watcher = watcher
         self.idle = idle
         self.pacing = pacing
@@ -103,8 +110,6 @@ class Takeover:
         """
         self.scope.lease.ensure_fresh()  # taking over is an owner's act: never while fenced
         scan = self.claims.scan()
-        self.scope.stats.cost.wait_scans += 1
-        self.scope.stats.cost.listed_keys += len(scan.claimed) + len(scan.done)
         if len(scan.done) != self.done_seen:
             self.done_seen = len(scan.done)
             self.pacing.changed()

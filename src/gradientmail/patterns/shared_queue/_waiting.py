@@ -87,7 +87,6 @@ class Waiting:
         idle = self.idle
         newly = idle.mark()
         poll = idle.poll()
-        self.scope.stats.cost.idle_polls += 1
         self.pacing.polled(idle.markers, poll.changed)
         if poll.absent and self._woken(self.scope.policy.sweep(poll.absent)):
             return Next.FREED  # units of an absent learner's share were free: claim them
@@ -158,10 +157,5 @@ class Waiting:
         prefix = scope.claims.layout.done
         cut = len(prefix)
         position = scope.policy.position
-        listed = done = 0
-        for key in scope.claims.mailbox.list(prefix):
-            listed += 1
-            done += key[cut:] in position
-        scope.stats.cost.listings += 1
-        scope.stats.cost.listed_keys += listed
+        done = sum(1 for key in scope.claims.mailbox.list(prefix) if key[cut:] in position)
         return done == len(position)
