@@ -9,7 +9,10 @@ directly (its gate, its queue), for the cases a DataLoader's timing cannot pin d
 
 from __future__ import annotations
 
+import functools
 import gc
+import logging
+import logging.handlers
 import multiprocessing
 import os
 import threading
@@ -357,3 +360,54 @@ def test_an_iteration_run_to_its_end_stops_its_workers_unless_they_persist(
     assert set(taken_from(loader)) == EVERY_ITEM
     if persistent:
         assert all(worker.is_alive() for worker in workers), "the next epoch's workers are new"
+
+
+def _forward_logs(queue: Any, worker: int) -> None:
+    """A worker's ``worker_init_fn``: its records go to the test's process, this one first."""
+    root = logging.getLogger()
+    root.handlers[:] = [logging.handlers.QueueHandler(queue)]
+    root.setLevel(logging.INFO)
+    logging.getLogger("tests.worker").info("worker %d forwards its records", worker)
+
+
+class _Reemit(logging.Handler):
+    """Hands a record forwarded from a worker to this process's logger of its name."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger(record.name).handle(record)
+
+
+def test_a_clean_epoch_with_two_workers_warns_of_no_sibling_worker(
+    rig_file: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rank's DataLoader workers are learners of their own; the first to run out of free
+    units ends while its sibling still holds its last unit. That is no other learner's
+    unfinished work: before, every clean epoch logged one WARNING per worker naming its
+    sibling (``'r-w0' ends epoch 0 with no unit free while other learners hold unfinished
+    units: r-w1 (1)``). The workers' records are forwarded to this process, so ``caplog``
+    holds what they logged."""
+    context = multiprocessing.get_context()
+    records = context.Queue()
+    listener = logging.handlers.QueueListener(records, _Reemit())
+    box = rig_file.fresh()
+    dataset = SharedQueueDataset(SHARDS, mailbox=box, load=load, learner_id="r")
+    loader = SharedQueueLoader(
+        dataset,
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=functools.partial(_forward_logs, records),
+        multiprocessing_context=context,
+    )
+    caplog.set_level(logging.INFO)
+    listener.start()
+    try:
+        for epoch in range(3):  # three clean epochs
+            dataset.set_epoch(epoch)
+            assert set(taken_from(loader)) == EVERY_ITEM
+            assert read_status(box).complete
+    finally:
+        listener.stop()  # takes every record sent before it
+    started = [r for r in caplog.records if r.name == "tests.worker"]
+    assert len(started) == 6, "the workers' records did not all reach the test"
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warned, warned

@@ -211,6 +211,9 @@ class SharedQueueDataset(IterableDataset[T]):
         gate: CompletionGate = IMMEDIATELY,
     ) -> AbstractContextManager[SharedQueue[Any]]:
         check_reporter(session, mailbox)
+        info = get_worker_info()
+        workers = 0 if info is None else info.num_workers
+        siblings = {f"{self.learner_id}-w{worker}" for worker in range(workers)} - {learner}
         return open_queue(
             self.options,
             mailbox=mailbox,
@@ -218,6 +221,7 @@ class SharedQueueDataset(IterableDataset[T]):
             epoch=epoch,
             reporter=session,
             gate=gate,
+            siblings=frozenset(siblings),
         )
 
     def _deliver_gated(

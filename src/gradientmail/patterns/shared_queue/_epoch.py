@@ -125,7 +125,14 @@ class EpochRun(Generic[T]):
         pacing = Pacing(lease.period, closing)
         scans = UnitClaims(scanning, layout, setup.learner_id, lease.incarnation)
         takeover = Takeover(scope, scans, watcher, idle, pacing)
-        waiting = Waiting(scope, idle, takeover, pacing, wait_for_others=setup.wait_for_others)
+        waiting = Waiting(
+            scope,
+            idle,
+            takeover,
+            pacing,
+            wait_for_others=setup.wait_for_others,
+            siblings=setup.siblings,
+        )
         loop = ClaimLoop(
             scope,
             setup,

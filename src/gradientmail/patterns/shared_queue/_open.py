@@ -33,8 +33,12 @@ def open_queue(
     epoch: int,
     reporter: ProgressReporter | None,
     gate: CompletionGate = IMMEDIATELY,
+    siblings: frozenset[str] = frozenset(),
 ) -> Iterator[SharedQueue[Any]]:
     """Run ``learner_id``'s queue over ``mailbox`` for ``epoch`` (or ``options.epochs``).
+
+    ``siblings`` are the learners loading for the same consumer (a rank's other DataLoader
+    workers): units they still hold when this learner's epoch ends are not warned about.
 
     Raises:
         InvalidKeyError: ``learner_id`` is not a valid key segment.
@@ -59,6 +63,7 @@ def open_queue(
         wait_for_others=options.wait_for_others,
         shared_order=options.order is None,
         gate=gate,
+        siblings=siblings,
     )
     queue: SharedQueue[Any] = SharedQueue(setup, options.passes(epoch), lease=options.lease)
     try:

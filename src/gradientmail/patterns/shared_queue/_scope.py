@@ -41,6 +41,9 @@ class Setup:
     shared_order: bool
     #: When a unit whose last item the consumer took is recorded done.
     gate: CompletionGate
+    #: The learners that load for the same consumer as this one (the other DataLoader
+    #: workers of its rank): units they hold when this one ends are no other learner's.
+    siblings: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -52,12 +52,15 @@ class Waiting:
         pacing: Pacing,
         *,
         wait_for_others: bool,
+        siblings: frozenset[str] = frozenset(),
     ) -> None:
         self.scope = scope
         self.idle = idle
         self.takeover = takeover
         self.pacing = pacing
         self.wait_for_others = wait_for_others
+        #: Learners loading for the same consumer (its rank's other DataLoader workers).
+        self.siblings = siblings
         #: ``True`` when the loader ended while other learners still held unfinished units.
         self.others_unfinished = False
 
@@ -129,7 +132,10 @@ class Waiting:
         if found is Next.WAIT and not self.wait_for_others:
             self.others_unfinished = True
             holders = sorted(self.takeover.holders.items())
-            held = ", ".join(f"{owner} ({len(units)})" for owner, units in holders)
+            others = [(owner, units) for owner, units in holders if owner not in self.siblings]
+            if holders and not others:
+                return Next.END  # only this consumer's other workers hold units: they finish
+            held = ", ".join(f"{owner} ({len(units)})" for owner, units in others)
             _log.warning(
                 "%r ends epoch %s with no unit free while other learners hold unfinished "
                 "units: %s; they finish them, or a restart with the same learner id does",
