@@ -87,6 +87,98 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    # -- the counting door (queue.stats.cost, Exchange.stats.traffic, LatencyMailbox) -----------
+    Mutant(
+        "counting-door-misses-a-request",
+        "_counting.py",
+        (("        tally.add(REQUESTS, label, operation, group)\n", ""),),
+        (
+            "tests/core/test_latency_mailbox.py::test_every_operation_is_delegated_and_counted_by_kind",
+            "tests/core/test_latency_mailbox.py::test_counts_are_exact_under_threads_and_add_up",
+            "tests/torch/test_exchange.py::test_stats_count_the_requests_and_bytes_an_exchange_costs",
+        ),
+        "the one counting door counts no request: LatencyMailbox's counts and the exchange's "
+        "traffic read 0 requests however many were sent",
+        killers=2,
+    ),
+    Mutant(
+        "counting-door-misses-the-bytes-sent",
+        "_counting.py",
+        (
+            (
+                "            tally.add(SENT, label, operation, group, memoryview(sent).nbytes)\n",
+                "            pass\n",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::test_stats_count_the_requests_and_bytes_an_exchange_costs",
+        ),
+        "the bytes a request sends are not counted: Exchange.stats.traffic.bytes_written "
+        "stays 0 while fragments and heads are written",
+    ),
+    Mutant(
+        "counting-door-misses-the-bytes-received",
+        "_counting.py",
+        (
+            (
+                "        self.tally.add(RECEIVED, self.label, operation, group, len(data))\n",
+                "        pass\n",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::test_stats_count_the_requests_and_bytes_an_exchange_costs",
+        ),
+        "the bytes a read receives are not counted: Exchange.stats.traffic.bytes_read stays "
+        "0 while heads and fragments are read",
+    ),
+    Mutant(
+        "counting-door-misses-a-listing",
+        "_counting.py",
+        (('        self.tally.add(CALLS, self.label, "list", group)\n', ""),),
+        (
+            "tests/patterns/shared_queue/test_free_runs.py::test_a_page_marks_its_claims_and_says_how_far_it_reached",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_waiting_learner_looks_for_the_end_each_second_and_ends_within_one",
+            "tests/patterns/shared_queue/test_shared_queue.py",
+        ),
+        "listings are not counted: queue.stats.cost.listings and idle_polls stay 0",
+        killers=2,
+    ),
+    Mutant(
+        "counting-door-misses-the-keys-listed",
+        "_counting.py",
+        (
+            (
+                '            self.tally.add(KEYS, self.label, "list", group, listed)\n',
+                "            pass\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_free_runs.py::test_a_page_marks_its_claims_and_says_how_far_it_reached",
+            "tests/patterns/shared_queue/test_claim_policy.py",
+        ),
+        "the keys a listing returned are not counted: queue.stats.cost.listed_keys stays 0",
+        killers=2,
+    ),
+    Mutant(
+        "takeover-scans-counted-as-claiming-listings",
+        "patterns/shared_queue/_epoch.py",
+        (("Counting(setup.mailbox, tally, label=SCANS)", "Counting(setup.mailbox, tally)"),),
+        ("tests/patterns/shared_queue/test_waiting.py",),
+        "a takeover's scans are counted as claiming listings: queue.stats.cost.wait_scans "
+        "stays 0 while a waiting learner scans the claims",
+    ),
+    # -- the DataLoader's workers of one rank ---------------------------------------------------
+    Mutant(
+        "sibling-workers-warned-about-as-other-learners",
+        "patterns/shared_queue/_waiting.py",
+        (("if owner not in self.siblings]", "if owner]"),),
+        (
+            "tests/torch/test_loader.py::test_a_clean_epoch_with_two_workers_warns_of_no_sibling_worker",
+        ),
+        "a DataLoader worker that ends while its rank's other worker holds its last unit "
+        "warns of unfinished units of other learners: one false WARNING per worker, every "
+        "clean epoch",
+    ),
     # -- the recipe for unequal learners -------------------------------------------------------
     Mutant(
         "exchange-infinite-buffer-becomes-nan",
