@@ -61,6 +61,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from gradientmail import Mailbox, from_url
+from gradientmail.mailbox import BytesLike
 from gradientmail.patterns.shared_queue import DEFAULT_LEASE, shared_queue
 from gradientmail.testing import NO_LATENCY, LatencyMailbox
 
@@ -105,13 +106,14 @@ class CountingMailbox(LatencyMailbox):
         self.touched: Counter[str] = Counter()
         self.listings: list[tuple[str, int]] = []
 
-    def _request(self, operation: str, key: str) -> None:
-        super()._request(operation, key)
+    def _request(self, operation: str, key: str, sent: BytesLike | None = None) -> str:
+        group = super()._request(operation, key, sent)
         if self.watched is not None and operation != "list_page":
             ident = key.rsplit("/", 1)[-1]
             if ident in self.watched and kind_of(key) in ("claim", "done"):
                 with self._lock:
                     self.touched[self.METHODS.get(operation, operation)] += 1
+        return group
 
     def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
         count = 0

@@ -59,7 +59,6 @@ from gradientmail import from_url
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue._idle_markers import POLLS_PER_SECOND
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy, PageReader
-from gradientmail.patterns.shared_queue._stats import QueueCost
 from gradientmail.testing import S3_LIKE, LatencyMailbox, RequestCounts
 
 # As benchmarks/scale.py: seconds per item (times t0) by learner number, items per unit,
@@ -121,7 +120,7 @@ def simulate(make_policy: MakePolicy, args: argparse.Namespace) -> Result:
         boxes.append(box)
         yield rng.uniform(0, args.start_spread)
         leases.append(name)
-        policy = make_policy(identifiers, name, ClaimPages(box, PREFIX, QueueCost()))
+        policy = make_policy(identifiers, name, ClaimPages(box, PREFIX))
         claimed = [key[len(PREFIX) :] for key in box.list(PREFIX)]  # the scan at its start
         yield paid()
         policy.begin(claimed, leases)

@@ -62,7 +62,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gradientmail import from_url
-from gradientmail.patterns._claims import decode_record, parse_claim
+from gradientmail._record_codec import decode_record
+from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns.shared_queue import shared_queue
 
 COSTS = {"A": 1.0, "B": 2.0, "C": 2.0, "D": 4.0}

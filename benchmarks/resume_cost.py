@@ -45,7 +45,8 @@ from typing import Any
 from claim_cost import PAGE, CountingMailbox
 
 from gradientmail import Mailbox, from_url
-from gradientmail.patterns._claims import claim_body, decode_record, encode_record, new_token
+from gradientmail._record_codec import decode_record, encode_record
+from gradientmail.patterns._claims import claim_body, new_token
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout, check_manifest
 from gradientmail.patterns.shared_queue import shared_queue

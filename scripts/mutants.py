@@ -87,6 +87,103 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    # -- the counting door (queue.stats.cost, Exchange.stats.traffic, LatencyMailbox) -----------
+    Mutant(
+        "counting-door-misses-a-request",
+        "_counting.py",
+        (("        tally.add(REQUESTS, label, operation, group)\n", ""),),
+        (
+            "tests/core/test_latency_mailbox.py::test_every_operation_is_delegated_and_counted_by_kind",
+            "tests/core/test_latency_mailbox.py::test_counts_are_exact_under_threads_and_add_up",
+            "tests/torch/test_exchange.py::test_stats_count_the_requests_and_bytes_an_exchange_costs",
+        ),
+        "the one counting door counts no request: LatencyMailbox's counts and the exchange's "
+        "traffic read 0 requests however many were sent",
+        killers=2,
+    ),
+    Mutant(
+        "counting-door-misses-the-bytes-sent",
+        "_counting.py",
+        (
+            (
+                "            tally.add(SENT, label, operation, group, memoryview(sent).nbytes)\n",
+                "            pass\n",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::test_stats_count_the_requests_and_bytes_an_exchange_costs",
+        ),
+        "the bytes a request sends are not counted: Exchange.stats.traffic.bytes_written "
+        "stays 0 while fragments and heads are written",
+    ),
+    Mutant(
+        "counting-door-misses-the-bytes-received",
+        "_counting.py",
+        (
+            (
+                "        self.tally.add(RECEIVED, self.label, operation, group, len(data))\n",
+                "        pass\n",
+            ),
+        ),
+        (
+            "tests/torch/test_exchange.py::test_stats_count_the_requests_and_bytes_an_exchange_costs",
+        ),
+        "the bytes a read receives are not counted: Exchange.stats.traffic.bytes_read stays "
+        "0 while heads and fragments are read",
+    ),
+    Mutant(
+        "counting-door-misses-a-listing",
+        "_counting.py",
+        (('        self.tally.add(CALLS, self.label, "list", group)\n', ""),),
+        (
+            "tests/patterns/shared_queue/test_free_runs.py::test_a_page_marks_its_claims_and_says_how_far_it_reached",
+            "tests/patterns/shared_queue/test_waiting.py::test_a_waiting_learner_looks_for_the_end_each_second_and_ends_within_one",
+            "tests/patterns/shared_queue/test_shared_queue.py",
+        ),
+        "listings are not counted: queue.stats.cost.listings and idle_polls stay 0",
+        killers=2,
+    ),
+    Mutant(
+        "counting-door-misses-the-keys-listed",
+        "_counting.py",
+        (
+            (
+                '            self.tally.add(KEYS, self.label, "list", group, listed)\n',
+                "            pass\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_free_runs.py::test_a_page_marks_its_claims_and_says_how_far_it_reached",
+            "tests/patterns/shared_queue/test_claim_policy.py",
+        ),
+        "the keys a listing returned are not counted: queue.stats.cost.listed_keys stays 0",
+        killers=2,
+    ),
+    Mutant(
+        "takeover-scans-counted-as-claiming-listings",
+        "patterns/shared_queue/_epoch.py",
+        (
+            (
+                "Counting(setup.mailbox, setup.tally, label=SCANS)",
+                "Counting(setup.mailbox, setup.tally)",
+            ),
+        ),
+        ("tests/patterns/shared_queue/test_waiting.py",),
+        "a takeover's scans are counted as claiming listings: queue.stats.cost.wait_scans "
+        "stays 0 while a waiting learner scans the claims",
+    ),
+    # -- the DataLoader's workers of one rank ---------------------------------------------------
+    Mutant(
+        "sibling-workers-warned-about-as-other-learners",
+        "patterns/shared_queue/_waiting.py",
+        (("if owner not in self.siblings]", "if owner]"),),
+        (
+            "tests/torch/test_loader.py::test_a_clean_epoch_with_two_workers_warns_of_no_sibling_worker",
+        ),
+        "a DataLoader worker that ends while its rank's other worker holds its last unit "
+        "warns of unfinished units of other learners: one false WARNING per worker, every "
+        "clean epoch",
+    ),
     # -- the recipe for unequal learners -------------------------------------------------------
     Mutant(
         "exchange-infinite-buffer-becomes-nan",
@@ -648,6 +745,23 @@ MUTANTS: tuple[Mutant, ...] = (
         killers=2,
     ),
     Mutant(
+        "taken-over-unit-not-held",
+        "patterns/shared_queue/_loader.py",
+        (
+            (
+                "                return self.hold(found)\n        return None\n",
+                "                return found\n        return None\n",
+            ),
+        ),
+        (
+            "tests/patterns/shared_queue/test_early_exit.py::test_a_unit_taken_over_while_waiting_is_released_on_an_early_exit_like_a_claimed_one",
+            "tests/patterns/shared_queue/test_lifecycle.py::test_leaving_early_releases_units_to_the_others_at_once",
+        ),
+        "a unit taken over while waiting is loaded but not held: leaving early does not "
+        "release it, and the learner's session never reports it claimed",
+        killers=2,
+    ),
+    Mutant(
         "flow-newer-epoch-first",
         "patterns/shared_queue/_consumer.py",
         (
@@ -743,11 +857,11 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "end-notice-waits-the-whole-backoff",
-        "patterns/shared_queue/_waiting.py",
+        "patterns/shared_queue/_pacing.py",
         (
             (
-                "        self.scope.closing.wait(min(NOTICE_S, self._poll_at - now))",
-                "        self.scope.closing.wait(self._poll_at - now)",
+                "        self._closing.wait(min(NOTICE_S, self._poll_at - now))",
+                "        self._closing.wait(self._poll_at - now)",
             ),
         ),
         (
@@ -843,7 +957,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "repair-leaves-the-confirmation-stale",
-        "patterns/shared_queue/_waiting.py",
+        "patterns/shared_queue/_pacing.py",
         (
             (
                 '        self.backoff.reset()\n        self.quiet.confirmed_at = float("-inf")\n',
@@ -1038,7 +1152,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             (
                 "        recorded = self._record(held)\n",
-                "        self._holdings.remove(held.identifier)\n"
+                "        self._scope.holdings.remove(held.identifier)\n"
                 "        recorded = self._record(held)\n",
             ),
         ),
@@ -2240,7 +2354,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "completion-ignores-the-gate",
         "patterns/shared_queue/_recorder.py",
-        (("        if gate is not None and not gate.wait(mark):", "        if False:"),),
+        (("        if not self._gate.wait(mark):", "        if False:"),),
         (
             "tests/torch/test_loader.py::test_a_break_then_finishing_the_epoch_delivers_every_item",
             "tests/torch/test_loader.py::test_drop_last_leaves_the_dropped_items_units_undone_and_says_so",
@@ -2282,7 +2396,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "gated-epoch-end-keeps-undone-units",
         "patterns/shared_queue/_epoch.py",
-        (("        if not self._ended or self.gated:", "        if not self._ended:"),),
+        (
+            (
+                "        if not self._ended or self.completes_at_close:",
+                "        if not self._ended:",
+            ),
+        ),
         (
             "tests/torch/test_loader.py::test_drop_last_leaves_the_dropped_items_units_undone_and_says_so",
             "tests/torch/test_loader.py::test_a_worker_queue_run_to_its_end_releases_the_unit_whose_items_the_loop_never_took",
@@ -2381,18 +2500,19 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "status-epoch-ignores-unit-epochs",
-        "status.py",
+        "_unit_rows.py",
         (
             (
-                "    return unit[5] if len(unit) > 5 and isinstance(unit[5], int) else 0",
-                "    return 0",
+                "        epoch = raw[5] if len(raw) > 5 and _integer(raw[5]) else 0\n",
+                "        epoch = 0\n",
             ),
         ),
         (
             "tests/core/test_status.py::test_epoch_filters_the_learner_table_and_the_plot",
             "tests/core/test_status.py::test_the_plot_of_a_later_epoch_measures_its_time_from_that_epoch",
         ),
-        "status --epoch k counts and plots every epoch's units as epoch 0's",
+        "a unit row's epoch decodes as 0: status --epoch k counts and plots every epoch's "
+        "units as epoch 0's",
         killers=2,
     ),
     Mutant(
@@ -2454,6 +2574,55 @@ MUTANTS: tuple[Mutant, ...] = (
         killers=2,
     ),
     Mutant(
+        "unit-rows-of-older-versions-skipped",
+        "_unit_rows.py",
+        (
+            (
+                "        if not isinstance(raw, (list, tuple)) or len(raw) < _REQUIRED:\n",
+                "        if not isinstance(raw, (list, tuple)) or len(raw) < 6:\n",
+            ),
+        ),
+        (
+            "tests/core/test_unit_rows.py::test_status_reads_the_rows_of_every_version_by_epoch",
+            "tests/core/test_unit_rows.py::test_a_session_resuming_an_older_record_keeps_its_finished_units",
+        ),
+        "the rows of a record written by an older version (no reclaimed or epoch field) are "
+        "skipped: status undercounts them, and a resuming session drops its finished units",
+        killers=2,
+    ),
+    Mutant(
+        "loop-waits-for-a-dead-worker",
+        "_torch_data/acks.py",
+        (
+            (
+                "        return pid == 0 or any(",
+                "        return True or any(",
+            ),
+        ),
+        (
+            "tests/torch/test_loader.py::test_the_end_of_an_iteration_does_not_wait_for_a_worker_that_died_before_its_last_records",
+            "tests/torch/test_loader.py::test_a_worker_that_dies_closing_its_iteration_fails_the_loop_instead_of_hanging",
+        ),
+        "the end of an iteration waits forever for a DataLoader worker that died before it "
+        "closed its queue",
+        killers=2,
+    ),
+    Mutant(
+        "finished-iteration-keeps-its-workers",
+        "_torch_data/loader.py",
+        (
+            (
+                "                self._inner = self._runner = None\n",
+                "                pass\n",
+            ),
+        ),
+        (
+            "tests/torch/test_loader.py::test_an_iteration_run_to_its_end_stops_its_workers_unless_they_persist",
+        ),
+        "a SharedQueueLoader iteration run to its end keeps its (non-persistent) workers up "
+        "for as long as its iterator is held",
+    ),
+    Mutant(
         "plot-axis-starts-at-the-session",
         "_status_plot.py",
         (("    if begins:\n        return min(begins)\n", ""),),
@@ -2493,8 +2662,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "patterns/shared_queue/_epoch.py",
         (
             (
-                "        if not self._ended or self.gated:\n",
-                "        if self._ended and self.gated:\n",
+                "        if not self._ended or self.completes_at_close:\n",
+                "        if self._ended and self.completes_at_close:\n",
             ),
         ),
         (
@@ -2516,7 +2685,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             (
                 "            self._entries.pop(identifier, None)\n",
-                "            if (self._entries.get(identifier) or [None] * 3)[2] is None:\n"
+                "            entry = self._entries.get(identifier)\n"
+                "            if entry is None or entry.finished is None:\n"
                 "                self._entries.pop(identifier, None)\n",
             ),
         ),

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import inspect
+
 from gradientmail.mailbox import Capability, Mailbox
 
-__all__ = ["Forwarding"]
+__all__ = ["Forwarding", "takes_start_after"]
+
+
+def takes_start_after(mailbox: Mailbox) -> bool:
+    """Whether ``mailbox.list`` takes ``start_after`` (a wrapper may predate it, while it
+    forwards an inner mailbox's capabilities)."""
+    try:
+        parameters = inspect.signature(mailbox.list).parameters
+    except (TypeError, ValueError):
+        return False
+    return "start_after" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 class Forwarding:

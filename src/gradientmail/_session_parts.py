@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+
+from gradientmail._unit_rows import UnitRow, decode_rows
 
 __all__ = ["RATE_SMOOTHING", "Found", "Lifecycle", "Publication", "Rate", "UnitLog"]
 
@@ -27,9 +28,20 @@ RATE_SMOOTHING = 0.5
 UnitKey = tuple[int, str]
 
 
+@dataclass
+class _Entry:
+    """What a learner knows of one unit it took (times from ``time.time``)."""
+
+    claimed: float | None = None
+    started: float | None = None
+    finished: float | None = None
+    items: int = 0
+    reclaimed: bool = False
+
+
 class UnitLog:
-    """Units by ``(epoch, id)``: ``[claimed, started, finished, items, reclaimed]``, times
-    from ``time.time``.
+    """The units a learner reported, by ``(epoch, id)``, published as
+    :class:`~gradientmail._unit_rows.UnitRow` rows.
 
     Every method takes the lock.
     """
@@ -38,7 +50,7 @@ class UnitLog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[UnitKey, list[Any]] = {}
+        self._entries: dict[UnitKey, _Entry] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -50,12 +62,12 @@ class UnitLog:
             return self._finished()
 
     def _finished(self) -> int:
-        return sum(1 for entry in self._entries.values() if entry[2] is not None)
+        return sum(1 for entry in self._entries.values() if entry.finished is not None)
 
     def claimed(self, identifier: UnitKey, reclaimed: bool) -> None:
         """``identifier`` was claimed now (``reclaimed``: taken over from another)."""
         with self._lock:
-            self._entries[identifier] = [time.time(), None, None, 0, reclaimed]
+            self._entries[identifier] = _Entry(claimed=time.time(), reclaimed=reclaimed)
 
     def released(self, identifier: UnitKey) -> None:
         """``identifier`` went back unfinished: forget it. A unit is released only while no
@@ -67,38 +79,35 @@ class UnitLog:
     def started(self, identifier: UnitKey) -> None:
         """The unit's first item reached the training loop now."""
         with self._lock:
-            self._entry(identifier)[1] = time.time()
+            self._entry(identifier).started = time.time()
 
     def done(self, identifier: UnitKey, items: int) -> None:
         """The training loop took the unit's every item (``items`` of them) now."""
         with self._lock:
             entry = self._entry(identifier)
-            entry[2] = time.time()
-            entry[3] = items
+            entry.finished = time.time()
+            entry.items = items
 
-    def _entry(self, identifier: UnitKey) -> list[Any]:
-        return self._entries.setdefault(identifier, [None, None, None, 0, False])
+    def _entry(self, identifier: UnitKey) -> _Entry:
+        return self._entries.setdefault(identifier, _Entry())
 
-    def rows(self) -> tuple[list[list[Any]], int]:
-        """The published rows ``[id, claimed, started, finished, reclaimed, epoch]``, and
-        finished."""
+    def rows(self) -> tuple[list[UnitRow], int]:
+        """The rows to publish, one per unit, and how many are finished."""
         with self._lock:
             rows = [
-                [ident, *entry[:3], entry[4], epoch]
+                UnitRow(ident, entry.claimed, entry.started, entry.finished, entry.reclaimed, epoch)
                 for (epoch, ident), entry in self._entries.items()
             ]
             return rows, self._finished()
 
     def restore(self, rows: object) -> None:
-        """Take back the finished units of an earlier record's rows; drop the rest."""
+        """Take back the finished units of an earlier record's ``units``; drop the rest."""
         with self._lock:
-            for row in rows if isinstance(rows, list) else []:
-                if isinstance(row, list) and len(row) >= 4 and row[3] is not None:
-                    ident, claimed, started, finished = row[:4]
-                    reclaimed = bool(row[4]) if len(row) > 4 else False
-                    epoch = row[5] if len(row) > 5 and isinstance(row[5], int) else 0
-                    key = (epoch, str(ident))
-                    self._entries[key] = [claimed, started, finished, 0, reclaimed]
+            for row in decode_rows(rows):
+                if row.finished is not None:
+                    self._entries[row.epoch, row.identifier] = _Entry(
+                        row.claimed, row.started, row.finished, 0, row.reclaimed
+                    )
 
 
 class Rate:

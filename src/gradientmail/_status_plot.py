@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradientmail._errors import MissingDependencyError
 from gradientmail._status_record import number
+from gradientmail._unit_rows import decode_rows
 
 if TYPE_CHECKING:
     from gradientmail._status_record import RunStatus
@@ -28,12 +29,9 @@ def _origin(status: RunStatus) -> float:
     """Where the time axis starts: the first unit shown; without one, the run's start."""
     begins = []
     for record in status.learners:
-        for entry in record.get("units") or []:
-            if not (isinstance(entry, list) and len(entry) >= 4):
-                continue
-            begin = entry[2] if number(entry[2]) else entry[1]  # loaded, else claimed
-            if number(begin):
-                begins.append(float(begin))
+        for unit in decode_rows(record.get("units")):
+            if unit.began is not None:
+                begins.append(unit.began)
     if begins:
         return min(begins)
     return status.now if status.started_at is None else status.started_at
@@ -43,22 +41,20 @@ def _bars(status: RunStatus, origin: float) -> tuple[list[str], list[tuple[Any, 
     labels, bars = [], []
     end_of_run = origin
     for row, record in enumerate(status.learners):
-        units = [u for u in record.get("units") or [] if isinstance(u, list) and len(u) >= 4]
+        units = decode_rows(record.get("units"))
         labels.append(f"{record.get('learner')} ({len(units)} units)")
         until = next(
             (float(t) for t in (record.get("finished_at"), record.get("updated_at")) if number(t)),
             status.now,
         )
-        for entry in units:
-            identifier, claimed, started, finished = entry[:4]
-            begin = started if number(started) else claimed
-            if not number(begin):
+        for unit in units:
+            begin = unit.began
+            if begin is None:
                 continue
-            end = float(finished) if number(finished) else until
+            end = unit.finished if unit.finished is not None else until
             end_of_run = max(end_of_run, end)
-            reclaimed = bool(entry[4]) if len(entry) > 4 else False
-            lane = lane_of(str(identifier))
-            bars.append((row, float(begin) - origin, end - float(begin), lane, reclaimed))
+            lane = lane_of(unit.identifier)
+            bars.append((row, begin - origin, end - begin, lane, unit.reclaimed))
     return labels, bars, end_of_run
 
 

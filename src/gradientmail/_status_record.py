@@ -46,7 +46,8 @@ class RunStatus:
     reclaimed: int = 0
     #: whether the store can take over units (compare-and-swap).
     takeovers: bool = True
-    #: progress records merged with leases, sorted by learner id; each has a ``state``.
+    #: progress records merged with leases, sorted by learner id; each has a ``state``,
+    #: and its ``units`` (where recorded) as :class:`~gradientmail._unit_rows.UnitRow`.
     learners: list[dict[str, Any]] = field(default_factory=list)
     #: keys that could not be read as records (named in the report, never fatal).
     unreadable: list[str] = field(default_factory=list)

@@ -46,10 +46,10 @@ from gradientmail._errors import (
     RunMismatchError,
 )
 from gradientmail._keys import validate_segment
+from gradientmail._record_codec import decode_record, encode_record
 from gradientmail._session_parts import Found, Lifecycle, Publication, Rate, UnitLog
 from gradientmail.backends._options import positive, redact
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns._claims import decode_record, encode_record
 from gradientmail.patterns._progress import (
     active_queues,
     active_reporter,
@@ -206,7 +206,7 @@ class Session:
             "rate": rate,
             "units_claimed": len(units),
             "units_finished": finished,
-            "units": units,
+            "units": [row.encode() for row in units],
             "publish_every": self.publish_every,
             "data_wait_s": self.data_wait_s,
         }

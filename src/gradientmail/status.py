@@ -58,12 +58,14 @@ import re
 import time
 from typing import Any
 
+from gradientmail._record_codec import decode_record, read_record
 from gradientmail._status_plot import lane_of, plot_gantt
 from gradientmail._status_record import EpochProgress, RunStatus, number
 from gradientmail._status_text import data_wait_share, format_status
+from gradientmail._unit_rows import decode_rows
 from gradientmail.backends._options import redact
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns._claims import decode_record, parse_claim, read_record
+from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns._run_layout import (
     EPOCHS_PREFIX,
     LEARNERS_PREFIX,
@@ -141,17 +143,12 @@ def _only_epoch(row: dict[str, Any], lease: dict[str, Any] | None, epoch: int) -
     units = row.get("units")
     if not isinstance(units, list):
         return True  # a rank's own session, counting steps: shown in every epoch
-    mine = [u for u in units if isinstance(u, list) and len(u) >= 4 and _unit_epoch(u) == epoch]
+    mine = [unit for unit in units if unit.epoch == epoch]
     row["units"] = mine
     row["units_claimed"] = len(mine)
-    row["units_finished"] = sum(1 for u in mine if number(u[3]))
+    row["units_finished"] = sum(1 for unit in mine if unit.finished is not None)
     named = (lease or {}).get("epochs") or [(lease or {}).get("epoch")]
     return bool(mine) or not units or epoch in named
-
-
-def _unit_epoch(unit: list[Any]) -> int:
-    """The epoch of a published unit row (rows written before epochs were recorded: 0)."""
-    return unit[5] if len(unit) > 5 and isinstance(unit[5], int) else 0
 
 
 def _records(mailbox: Mailbox, prefix: str, unreadable: list[str]) -> dict[str, dict[str, Any]]:
@@ -218,6 +215,8 @@ def read_status(mailbox: Mailbox, epoch: int | None = None) -> RunStatus:
     for name, record in learners.items():
         row = dict(record)
         row["learner"] = name
+        if isinstance(record.get("units"), list):
+            row["units"] = decode_rows(record["units"])
         lease = leases.get(name)
         if epoch is not None and not _only_epoch(row, lease, epoch):
             continue  # it took no unit of the epoch asked for, and works in no other way there

@@ -17,7 +17,10 @@ reports what a run would be billed, without a cloud account::
 
 Counting is exact and thread safe: share one wrapper among threads, or give each its own
 and add their :class:`RequestCounts` together. A listing is counted (and delayed) once per
-page of ``page_size`` keys, as S3, GCS and Azure bill it; an empty listing is one page.
+page of ``page_size`` keys, as S3, GCS and Azure bill it; an empty listing is one page. The
+counting is the library's own door (the one ``queue.stats.cost`` is a view of), so the
+counts also hold the bytes sent and received and the keys listed
+(:meth:`RequestCounts.measured`).
 
 The latency presets are lognormal distributions fitted to a median (p50) and a 99th
 percentile (p99), in seconds. They are typical published figures for small objects read and
@@ -35,23 +38,16 @@ timings, and pass a :class:`Latency` of your own.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from gradientmail._counting import Counting, RequestCounts, key_group
 from gradientmail._errors import ConfigurationError
-from gradientmail._forwarding import Forwarding
-from gradientmail.mailbox import (
-    BytesLike,
-    Mailbox,
-    SupportsListStartAfter,
-    Version,
-)
+from gradientmail.mailbox import Mailbox
 
 __all__ = [
     "AZURE_LIKE",
@@ -112,75 +108,16 @@ S3_LIKE = Latency(0.015, 0.060)
 GCS_LIKE = Latency(0.025, 0.100)
 AZURE_LIKE = Latency(0.008, 0.040)
 
-#: The operations counted: ``create`` is ``put_if_absent``, ``swap`` is ``put_if_match``,
-#: ``list_page`` one page of a listing.
-OPERATIONS = ("create", "get", "get_versioned", "put", "swap", "delete", "list_page")
 
-
-def key_group(key: str) -> str:
-    """The default group of a key: its first path segment, after ``epochs/{k}/`` if any.
-
-    For a ``shared_queue`` run this is ``units`` (claims), ``done`` (completion records),
-    ``leases``, ``reclaimed``, ``learners``, ``manifest`` ...; a listing is grouped by its
-    prefix the same way.
-    """
-    if key.startswith("epochs/"):
-        parts = key.split("/", 2)
-        key = parts[2] if len(parts) == 3 else ""
-    return key.split("/", 1)[0]
-
-
-class RequestCounts(Mapping[tuple[str, str], int]):
-    """Requests counted by ``(operation, group)``: an immutable snapshot.
-
-    Operations are those of :data:`OPERATIONS`; groups come from the wrapper's ``group``
-    function (:func:`key_group` by default). Add two snapshots with ``+``.
-    """
-
-    def __init__(self, counts: Mapping[tuple[str, str], int] | None = None) -> None:
-        self._counts = dict(counts or {})
-
-    def __getitem__(self, key: tuple[str, str]) -> int:
-        return self._counts.get(key, 0)
-
-    def __iter__(self) -> Iterator[tuple[str, str]]:
-        return iter(self._counts)
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-    def __add__(self, other: RequestCounts) -> RequestCounts:
-        total = Counter(self._counts)
-        total.update(other._counts)
-        return RequestCounts(total)
-
-    def __repr__(self) -> str:
-        return f"RequestCounts({self._counts!r})"
-
-    def total(self, operation: str | None = None, group: str | None = None) -> int:
-        """Requests of ``operation`` (any if ``None``) on keys of ``group`` (any if ``None``)."""
-        return sum(
-            n
-            for (op, grp), n in self._counts.items()
-            if (operation is None or op == operation) and (group is None or grp == group)
-        )
-
-    def by_operation(self) -> dict[str, int]:
-        """Requests per operation, over every group."""
-        out: Counter[str] = Counter()
-        for (op, _), n in self._counts.items():
-            out[op] += n
-        return dict(out)
-
-
-class LatencyMailbox(Forwarding):
+class LatencyMailbox(Counting):
     """A :class:`~gradientmail.Mailbox` that delays and counts each request to ``inner``.
 
-    Every method delegates to ``inner`` after waiting one latency drawn from ``latency``
-    (each page of a listing waits too), and counts the request. Results and errors are
-    ``inner``'s own; capabilities, URL and key limit are passed through, so code under test
-    behaves as it would on ``inner``. A pickled wrapper reopens ``inner`` as ``inner``'s own
-    pickle does, with fresh counts.
+    The counting door (``gradientmail``'s own, the one the patterns count their requests
+    with) that also waits one latency drawn from ``latency`` before each request (each
+    page of a listing waits too). Results and errors are ``inner``'s own; capabilities,
+    URL and key limit are passed through, so code under test behaves as it would on
+    ``inner``. A pickled wrapper reopens ``inner`` as ``inner``'s own pickle does, with
+    fresh counts.
 
     Args:
         inner: the mailbox to delegate to.
@@ -201,106 +138,33 @@ class LatencyMailbox(Forwarding):
         group: Callable[[str], str] = key_group,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if page_size < 1:
-            raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
-        self.inner = inner
+        super().__init__(inner, group=group, page_size=page_size)
         self.latency = latency
-        self.page_size = page_size
-        self._group = group
         self._sleep = sleep
         self._seed = seed
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._counts: Counter[tuple[str, str]] = Counter()
 
     def __getstate__(self) -> dict[str, object]:
-        state = self.__dict__.copy()
-        del state["_lock"], state["_counts"], state["_rng"]
+        state = super().__getstate__()
+        del state["_lock"], state["_rng"]
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state)
+        super().__setstate__(state)
         self._rng = random.Random(self._seed)
         self._lock = threading.Lock()
-        self._counts = Counter()
 
-    def _request(self, operation: str, key: str) -> None:
-        """Count one request and wait its latency (outside the lock)."""
+    def _sending(self, operation: str) -> None:
+        """Wait one latency per request (drawn under the lock, waited outside it)."""
         with self._lock:
-            self._counts[operation, self._group(key)] += 1
             wait = self.latency.draw(self._rng)
         if wait > 0:
             self._sleep(wait)
 
-    def counts(self) -> RequestCounts:
-        """A snapshot of the requests counted so far."""
-        with self._lock:
-            return RequestCounts(self._counts)
-
     def reset_counts(self) -> RequestCounts:
         """Return the counts so far and start counting from zero."""
-        with self._lock:
-            snapshot = RequestCounts(self._counts)
-            self._counts = Counter()
-        return snapshot
-
-    # -- the Mailbox protocol, delegated (the declarations by Forwarding) ---------------------
-
-    def put_if_absent(self, key: str, data: BytesLike) -> bool:
-        """``inner.put_if_absent``, counted as ``create``."""
-        self._request("create", key)
-        return self.inner.put_if_absent(key, data)
-
-    def get(self, key: str) -> bytes:
-        """``inner.get``, counted as ``get``."""
-        self._request("get", key)
-        return self.inner.get(key)
-
-    def get_versioned(self, key: str) -> tuple[bytes, Version]:
-        """``inner.get_versioned``, counted as ``get_versioned``."""
-        self._request("get_versioned", key)
-        return self.inner.get_versioned(key)
-
-    def put(self, key: str, data: BytesLike) -> None:
-        """``inner.put``, counted as ``put``."""
-        self._request("put", key)
-        self.inner.put(key, data)
-
-    def put_if_match(self, key: str, data: BytesLike, version: Version) -> Version | None:
-        """``inner.put_if_match``, counted as ``swap``."""
-        self._request("swap", key)
-        return self.inner.put_if_match(key, data, version)
-
-    def delete(self, key: str) -> None:
-        """``inner.delete``, counted as ``delete``."""
-        self._request("delete", key)
-        self.inner.delete(key)
-
-    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[str]:
-        """``inner.list``, counted and delayed as one ``list_page`` per ``page_size`` keys.
-
-        The first page is counted when iteration starts; the next one only when a key past
-        the previous page is asked for, as a paged listing fetches them. ``start_after`` is
-        passed on when given; pages are counted from there, as a store that declares
-        ``Capability.LIST_START_AFTER`` bills them (the inner mailbox must accept it).
-        """
-        inner = self.inner
-        if start_after is not None and isinstance(inner, SupportsListStartAfter):
-            keys = inner.list(prefix, start_after=start_after)
-        else:
-            keys = inner.list(prefix)  # the prefix is checked here, before any request
-        return self._paged(prefix, keys)
-
-    def _paged(self, prefix: str, keys: Iterator[str]) -> Iterator[str]:
-        self._request("list_page", prefix)
-        page = list(itertools.islice(keys, self.page_size))
-        while page:
-            yield from page
-            if len(page) < self.page_size:
-                return
-            page = list(itertools.islice(keys, self.page_size))  # the next page, if any
-            if page:
-                self._request("list_page", prefix)
+        return self.tally.reset()
 
 
 def _check_protocol(box: LatencyMailbox) -> Mailbox:

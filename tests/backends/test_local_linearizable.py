@@ -75,7 +75,10 @@ def test_the_check_refuses_a_swap_that_won_after_a_delete_and_a_create() -> None
 def test_histories_of_creates_deletes_and_swaps_from_three_processes_are_linearizable(
     tmp_path: Path,
 ) -> None:
-    rounds = size(ci=500, full=20_000)
+    # CI runs 200 histories (about 45 s on 2 cores); the known way to break it, a swap that
+    # fails when a delete took its announcement's name, is also caught deterministically by
+    # tests/backends/test_local_deletes.py. make stress runs 20,000.
+    rounds = size(ci=200, full=20_000)
     tangled = []
     for round_ in range(rounds):
         root = tmp_path / f"r{round_}"

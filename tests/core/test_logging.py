@@ -23,7 +23,8 @@ from gradientmail import (
     TransientBackendError,
     from_url,
 )
-from gradientmail.patterns._claims import claim, claim_body, encode_record
+from gradientmail._record_codec import encode_record
+from gradientmail.patterns._claims import claim, claim_body
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._run_layout import RunLayout
 from gradientmail.patterns.shared_queue import shared_queue

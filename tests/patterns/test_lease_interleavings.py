@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from gradientmail import Mailbox
-from gradientmail.patterns._claims import decode_record
+from gradientmail._record_codec import decode_record
 from gradientmail.patterns._lease_watch import LeaseWatcher
 from gradientmail.patterns._leases import Lease
 from tests.support.interleave import Interleave

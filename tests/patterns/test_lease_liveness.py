@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from gradientmail import BackendError, Capability, LeaseLostError, Mailbox
-from gradientmail.patterns._claims import decode_record
+from gradientmail._record_codec import decode_record
 from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns.pipeline import Pipeline, PipelineAbortedError
 from gradientmail.patterns.pipeline._records import PRODUCER_LEASES

@@ -18,22 +18,23 @@ from gradientmail._exchange.store import SharedStore
 from gradientmail._exchange.tensors import WIRE_DTYPES, State
 
 
-def _state(values: torch.Tensor) -> State:
-    return State(values, torch.zeros(0, dtype=torch.int64))
-
-
 def shared_store(box: Mailbox, keep: int, fragment_bytes: int = 8) -> SharedStore:
     """The store of shared model ``model`` in ``box``, with its version 0 (4 values, in two
     fragments of the default 8 bytes)."""
     store = SharedStore(box, Keys("model"), WIRE_DTYPES["float32"], fragment_bytes, keep)
-    token, count, _, _ = store.write_state(0, _state(torch.zeros(4)))
+    token, count, *_ = store.write_state(0, _state(torch.zeros(4)))
     assert store.create_head(Head(0, token, count, [[0, token, count]]))
     return store
 
 
+def _state(values: torch.Tensor) -> State:
+    """A version of ``values`` and no integer buffers."""
+    return State(values, torch.zeros(0, dtype=torch.int64))
+
+
 def write_versions(store: SharedStore, until: int) -> None:
     """Write versions until the head reaches version ``until``."""
-    state = _state(torch.arange(4, dtype=torch.float32))
+    values = torch.arange(4, dtype=torch.float32)
     while True:
         got = store.read_head()
         assert got is not None
@@ -41,7 +42,7 @@ def write_versions(store: SharedStore, until: int) -> None:
         if head.version >= until:
             return
         version = head.version + 1
-        token, count, _, _ = store.write_state(version, state)
+        token, count, *_ = store.write_state(version, _state(values))
         history, gone = store.next_history(head, version, token, count)
         new = Head(version, token, count, history)
         if store.swap_head(new, expected) is None:

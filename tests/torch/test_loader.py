@@ -9,7 +9,12 @@ directly (its gate, its queue), for the cases a DataLoader's timing cannot pin d
 
 from __future__ import annotations
 
+import functools
 import gc
+import logging
+import logging.handlers
+import multiprocessing
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -18,12 +23,14 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch.utils.data import DataLoader  # noqa: E402 - after the importorskip above
+from torch.utils.data import DataLoader, IterableDataset  # noqa: E402 - after the importorskip
 
-from gradientmail import ConfigurationError, Mailbox  # noqa: E402
+from gradientmail import ConfigurationError, Mailbox, WorkerError  # noqa: E402
+from gradientmail._forwarding import Forwarding  # noqa: E402
 from gradientmail._torch_data.acks import AckBoard, WorkerGate  # noqa: E402
 from gradientmail.patterns._run_layout import RunLayout  # noqa: E402
-from gradientmail.patterns.shared_queue import shared_queue  # noqa: E402
+from gradientmail.patterns.shared_queue._open import open_queue  # noqa: E402
+from gradientmail.patterns.shared_queue._options import queue_options  # noqa: E402
 from gradientmail.status import read_status  # noqa: E402
 from gradientmail.torch import SharedQueueDataset, SharedQueueLoader  # noqa: E402
 from tests.support.rigs import Rig  # noqa: E402
@@ -135,11 +142,13 @@ def test_a_worker_queue_run_to_its_end_releases_the_unit_whose_items_the_loop_ne
     board = AckBoard(workers=1, slack=len(units))
     generation = board.begin()
     gate = WorkerGate(board, 0)
-    # As SharedQueueDataset opens a worker's queue: it waits for no other learner.
-    with shared_queue(
-        units, mailbox=box, learner_id="r-w0", load=load, wait_for_others=False
+    # As SharedQueueDataset opens a worker's queue: built with the worker's gate, and
+    # waiting for no other learner (prefetch 8, no order or shuffle, a 60 s lease, one
+    # epoch).
+    options = queue_options(units, load, 8, None, None, 60.0, False, None)
+    with open_queue(
+        options, mailbox=box, learner_id="r-w0", epoch=0, reporter=None, gate=gate
     ) as items:
-        items.hold_completions(gate, board.slack)
         handed = []
         for item in items:
             gate.count += 1  # handed over to the DataLoader, as the worker counts
@@ -214,3 +223,191 @@ def test_an_iteration_collected_in_a_cycle_still_shuts_its_workers_down(rig_file
     taken.update(taken_from(loader))  # the same epoch again: the released units come back
     assert set(taken) == EVERY_ITEM
     assert read_status(box).complete
+
+
+class _OwnPid(IterableDataset[int]):
+    """Each worker yields its process id, once."""
+
+    def __iter__(self) -> Iterator[int]:
+        yield os.getpid()
+
+
+def test_what_the_loader_relies_on_from_torch_persistent_workers_outlive_the_end() -> None:
+    """SharedQueueLoader waits at the end of an iteration for its workers' last records, so
+    it runs them under a DataLoader whose workers persist, and lets that loader go to stop
+    them. This is torch's public behaviour it relies on, checked on the torch installed: at
+    ``StopIteration`` persistent workers are still up, and they stop once the loader and
+    its iterator are let go. Should torch change either, this fails."""
+    loader: DataLoader[int] = DataLoader(
+        _OwnPid(), batch_size=None, num_workers=2, persistent_workers=True
+    )
+    iterator = iter(loader)
+    pids = {int(pid) for pid in iterator}  # runs to StopIteration
+    assert len(pids) == 2
+    children = {child.pid: child for child in multiprocessing.active_children()}
+    assert pids <= children.keys(), "a persistent worker stopped at the end of an iteration"
+    workers = [children[pid] for pid in pids]
+    del iterator, loader
+    for worker in workers:
+        worker.join(timeout=30)
+    assert not any(worker.is_alive() for worker in workers), "workers outlived their loader"
+
+
+def _close_nothing_and_exit(board: AckBoard, generation: int) -> None:
+    WorkerGate(board, 0)  # this process runs worker 0's iteration
+    board.closing(0, generation)  # it began closing its queue, and dies before it closed
+
+
+def test_the_end_of_an_iteration_does_not_wait_for_a_worker_that_died_before_its_last_records() -> (
+    None
+):
+    """The loop waits at the end for each worker closing its queue, unless the worker's
+    process is gone: then it says which worker died, instead of waiting forever."""
+    board = AckBoard(workers=1, slack=1)
+    generation = board.begin()
+    child = multiprocessing.get_context("fork").Process(
+        target=_close_nothing_and_exit, args=(board, generation)
+    )
+    child.start()
+    child.join(timeout=30)
+    failures: list[list[str]] = []
+    settling = threading.Thread(
+        target=lambda: failures.append(board.settle(generation, board.alive)), daemon=True
+    )
+    settling.start()
+    settling.join(timeout=30)
+    assert not settling.is_alive(), "the loop waits for a worker that died"
+    ((failure,),) = failures
+    assert "worker 0 died before it recorded the completions of its last units" in failure
+
+
+class _ExitsAtItsEnd(Forwarding):
+    """A worker's mailbox whose process exits, quietly (status 0), as its queue writes the
+    lease that ends its iteration: after its last completions, before it says it closed."""
+
+    def __init__(self, inner: Mailbox) -> None:
+        self.inner = inner
+
+    def put_if_match(self, key: str, data: Any, version: Any) -> Any:
+        if key.startswith("leases/") and b'"state":"finished"' in bytes(data):
+            os._exit(0)
+        return self.inner.put_if_match(key, data, version)
+
+    def put_if_absent(self, key: str, data: Any) -> bool:
+        return self.inner.put_if_absent(key, data)
+
+    def put(self, key: str, data: Any) -> None:
+        self.inner.put(key, data)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(key)
+
+    def get_versioned(self, key: str) -> Any:
+        return self.inner.get_versioned(key)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def list(self, prefix: str = "", **kwargs: Any) -> Iterator[str]:
+        return self.inner.list(prefix, **kwargs)  # type: ignore[call-arg]
+
+
+def test_a_worker_that_dies_closing_its_iteration_fails_the_loop_instead_of_hanging(
+    rig_file: Rig,
+) -> None:
+    """The loop's end waits for each worker to close its queue; a worker whose process
+    ends first (here: quietly, so torch sees no failure) is reported by name, at once."""
+    dataset = SharedQueueDataset(
+        SHARDS, mailbox=_ExitsAtItsEnd(rig_file.fresh()), load=load, learner_id="r"
+    )
+    loader = SharedQueueLoader(dataset, batch_size=2, num_workers=1)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            taken_from(loader)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            raised.append(exc)
+
+    looping = threading.Thread(target=run, daemon=True)
+    looping.start()
+    looping.join(timeout=60)
+    assert not looping.is_alive(), "the loop waits for a worker that died"
+    (error,) = raised
+    assert isinstance(error, WorkerError), error
+    assert "worker 0 died before it recorded the completions of its last units" in str(error)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_an_iteration_run_to_its_end_stops_its_workers_unless_they_persist(
+    rig_file: Rig, persistent: bool
+) -> None:
+    """Run to its end, an iteration's workers stop even while its iterator is still held,
+    as torch's own do; with ``persistent_workers=True`` they stay for the next iteration."""
+    dataset = SharedQueueDataset(SHARDS, mailbox=rig_file.fresh(), load=load, learner_id="r")
+    loader = SharedQueueLoader(dataset, batch_size=2, num_workers=2, persistent_workers=persistent)
+    before = {child.pid for child in multiprocessing.active_children()}
+    taking = iter(loader)
+    taken = Counter(int(x) for x in next(taking))
+    workers = [c for c in multiprocessing.active_children() if c.pid not in before]
+    assert len(workers) == 2
+    taken.update(taken_from(taking))  # to its end; `taking` is still held
+    assert set(taken) == EVERY_ITEM
+    for worker in workers:
+        worker.join(timeout=0 if persistent else 30)
+    assert [worker.is_alive() for worker in workers] == [persistent] * 2
+    dataset.set_epoch(1)
+    assert set(taken_from(loader)) == EVERY_ITEM
+    if persistent:
+        assert all(worker.is_alive() for worker in workers), "the next epoch's workers are new"
+
+
+def _forward_logs(queue: Any, worker: int) -> None:
+    """A worker's ``worker_init_fn``: its records go to the test's process, this one first."""
+    root = logging.getLogger()
+    root.handlers[:] = [logging.handlers.QueueHandler(queue)]
+    root.setLevel(logging.INFO)
+    logging.getLogger("tests.worker").info("worker %d forwards its records", worker)
+
+
+class _Reemit(logging.Handler):
+    """Hands a record forwarded from a worker to this process's logger of its name."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger(record.name).handle(record)
+
+
+def test_a_clean_epoch_with_two_workers_warns_of_no_sibling_worker(
+    rig_file: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rank's DataLoader workers are learners of their own; the first to run out of free
+    units ends while its sibling still holds its last unit. That is no other learner's
+    unfinished work: before, every clean epoch logged one WARNING per worker naming its
+    sibling (``'r-w0' ends epoch 0 with no unit free while other learners hold unfinished
+    units: r-w1 (1)``). The workers' records are forwarded to this process, so ``caplog``
+    holds what they logged."""
+    context = multiprocessing.get_context()
+    records = context.Queue()
+    listener = logging.handlers.QueueListener(records, _Reemit())
+    box = rig_file.fresh()
+    dataset = SharedQueueDataset(SHARDS, mailbox=box, load=load, learner_id="r")
+    loader = SharedQueueLoader(
+        dataset,
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=functools.partial(_forward_logs, records),
+        multiprocessing_context=context,
+    )
+    caplog.set_level(logging.INFO)
+    listener.start()
+    try:
+        for epoch in range(3):  # three clean epochs
+            dataset.set_epoch(epoch)
+            assert set(taken_from(loader)) == EVERY_ITEM
+            assert read_status(box).complete
+    finally:
+        listener.stop()  # takes every record sent before it
+    started = [r for r in caplog.records if r.name == "tests.worker"]
+    assert len(started) == 6, "the workers' records did not all reach the test"
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warned, warned

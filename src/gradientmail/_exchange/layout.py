@@ -34,8 +34,8 @@ from typing import Any
 from gradientmail._errors import ConfigurationError, InvalidDataError
 from gradientmail._exchange.pace import LearnerPace
 from gradientmail._keys import validate_segment
+from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.backends._base import new_write_id
-from gradientmail.patterns._claims import decode_record, encode_record
 
 ROOT = "exchange/"
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from gradientmail._counting import Counting, RequestTally
 from gradientmail._errors import ConfigurationError, NotSupportedError
 from gradientmail._exchange.applier import Applier
 from gradientmail._exchange.layout import Keys
@@ -131,15 +132,19 @@ def build_applier(
     rule = settings.rule
     patience = float(positive(storage.patience, "patience"))
     tally = Tally()
+    # Every request, each try of it and each delete, is counted by one door (the traffic).
+    requests = RequestTally()
+    counted = Counting(mailbox, requests)
     store = SharedStore(
-        Patient(mailbox, patience, closing, f"exchange learner {learner!r}"),
+        Patient(counted, patience, closing, f"exchange learner {learner!r}"),
         storage.keys,
         check_wire(settings.wire),
         positive(storage.fragment_bytes, "fragment_bytes", integer=True),
         positive(storage.keep, "keep", integer=True),
         (tensors.numel * rule.parts, tensors.count_numel),
-        cleanup=mailbox,
+        cleanup=counted,
         tally=tally,
+        requests=requests,
         watch=HeadWatch(storage.keys.head, learner, settings.active_window),
     )
     layout = {

@@ -3,13 +3,17 @@
 :class:`Tally` is the one place those figures change: the training loop counts its steps
 there, and the exchange thread its conflicts, unknown outcomes and exchanges, each under
 the lock it is given, so that ``Exchange.stats`` is one consistent snapshot. Only
-``traffic`` is counted elsewhere, by the store that sends the requests.
+``traffic`` is counted elsewhere: it is a view (:meth:`ExchangeTraffic.of`) of what the
+counting door (:class:`~gradientmail._counting.Counting`) that every request of the store
+goes through counted.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, replace
+
+from gradientmail._counting import RECEIVED, SENT, RequestCounts
 
 __all__ = ["ExchangeStats", "ExchangeTraffic", "Tally"]
 
@@ -23,11 +27,11 @@ class ExchangeTraffic:
     bytes_read: int = 0
     bytes_written: int = 0
 
-    def plus(self, *, requests: int = 0, read: int = 0, written: int = 0) -> ExchangeTraffic:
-        """This traffic and ``requests`` more, having read and written that many bytes."""
-        return ExchangeTraffic(
-            self.requests + requests, self.bytes_read + read, self.bytes_written + written
-        )
+    @classmethod
+    def of(cls, counts: RequestCounts) -> ExchangeTraffic:
+        """The traffic in what a learner's counting door counted: every request (each try
+        of one), the bytes of every value received and sent."""
+        return cls(counts.total(), counts.measured(RECEIVED), counts.measured(SENT))
 
 
 @dataclass(frozen=True)

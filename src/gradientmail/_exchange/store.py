@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from gradientmail._counting import RequestTally
 from gradientmail._errors import (
     GradientMailError,
     InvalidDataError,
@@ -49,8 +50,8 @@ from gradientmail._exchange.layout import (
 from gradientmail._exchange.stats import ExchangeTraffic, Tally
 from gradientmail._exchange.tensors import State, from_wire, to_wire
 from gradientmail._exchange.watch import HeadWatch
+from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.mailbox import Mailbox, Version
-from gradientmail.patterns._claims import decode_record, encode_record
 
 log = logging.getLogger("gradientmail.exchange")
 
@@ -75,7 +76,7 @@ class Written(NamedTuple):
 @dataclass
 class SharedStore:
     """One shared model's versions in a mailbox: its requests, and the checks of what they
-    return. Holds no state between calls but its config, ``traffic`` and ``watch``."""
+    return. Holds no state between calls but its config, its request counts and ``watch``."""
 
     mailbox: Mailbox
     keys: Keys
@@ -93,8 +94,14 @@ class SharedStore:
     clock: Callable[[], float] = time.time
     #: Checks every head read (never older than one read before; the writers' clocks).
     watch: HeadWatch | None = None
-    #: Requests and bytes so far, for ``Exchange.stats``.
-    traffic: ExchangeTraffic = field(default_factory=ExchangeTraffic)
+    #: What ``mailbox`` and ``cleanup`` counted, when they are counting doors
+    #: (:class:`~gradientmail._counting.Counting`) into it: ``Exchange.stats.traffic``.
+    requests: RequestTally = field(default_factory=RequestTally)
+
+    @property
+    def traffic(self) -> ExchangeTraffic:
+        """The requests and bytes counted so far (a view of :attr:`requests`)."""
+        return ExchangeTraffic.of(self.requests.counts())
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -147,13 +154,11 @@ class SharedStore:
 
     def read_head(self) -> tuple[Head, Version] | None:
         """The head and its version (for a swap), checked by :attr:`watch`."""
-        self.traffic = self.traffic.plus(requests=1)
         began = self.clock()
         try:
             data, version = self.mailbox.get_versioned(self.keys.head)
         except KeyNotFoundError:
             return None
-        self.traffic = self.traffic.plus(read=len(data))
         return self._watched(data, began), version
 
     def read_head_plain(self) -> Head | None:
@@ -174,12 +179,10 @@ class SharedStore:
     def swap_head(self, head: Head, expected: Version) -> Version | None:
         """Compare-and-swap the head; ``None`` when another write came first."""
         data = head.encode()
-        self.traffic = self.traffic.plus(requests=1, written=len(data))
         return self.mailbox.put_if_match(self.keys.head, data, expected)
 
     def create_head(self, head: Head) -> bool:
         data = head.encode()
-        self.traffic = self.traffic.plus(requests=1, written=len(data))
         return self.mailbox.put_if_absent(self.keys.head, data)
 
     def stored_versions(self) -> int:
@@ -225,14 +228,12 @@ class SharedStore:
         chunks: list[bytes] = []
         for index in range(head.fragments):
             key = self.keys.fragment(head.token, index)
-            self.traffic = self.traffic.plus(requests=1)
             try:
                 chunks.append(self.mailbox.get(key))
             except KeyNotFoundError as exc:
                 raise Superseded(head.token) from exc
             if total:
                 self._check_length(head, index, chunks, total)
-        self.traffic = self.traffic.plus(read=sum(len(chunk) for chunk in chunks))
         data = b"".join(chunks)
         split = len(data) - 8 * counts
         count_values = torch.zeros(0, dtype=torch.int64)
@@ -265,7 +266,6 @@ class SharedStore:
         itemsize = self._itemsize
         step = max(itemsize, self.fragment_bytes // itemsize * itemsize)
         count = max(1, math.ceil(len(data) / step))
-        self.traffic = self.traffic.plus(requests=count, written=len(data))
         for index in range(count):
             # A create, not a put: the token is new, and on file:// a create takes no lock,
             # so a learner stopped mid-write holds up no one else's writes.
@@ -277,7 +277,6 @@ class SharedStore:
     def delete_data(self, token: str, count: int) -> None:
         """Delete a version's fragments, as far as the store lets: what is left, the next
         sweep deletes."""
-        self.traffic = self.traffic.plus(requests=count)
         cleanup = self.cleanup or self.mailbox
         for index in range(count):
             key = self.keys.fragment(token, index)

@@ -19,6 +19,8 @@ a count of another iteration as its own.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +49,8 @@ class AckBoard:
 
     Per worker: the items the training loop took (with the iteration's generation), the
     generation whose queue the worker is closing, and the one it closed (negative: it
-    failed, with the message kept here). Travels to workers by fork or by spawn pickling.
+    failed, with the message kept here), and its process id. Travels to workers by fork or
+    by spawn pickling.
 
     Args:
         workers: the DataLoader's ``num_workers``.
@@ -62,6 +65,7 @@ class AckBoard:
         self._closing: Any = RawArray("q", workers)
         self._closed: Any = RawArray("q", workers)
         self._messages: Any = RawArray("c", workers * _MESSAGE)
+        self._pids: Any = RawArray("q", workers)
         #: The last generation after which the loop takes nothing more.
         self._sealed: Any = RawArray("q", 1)
         self._generation = 0  # the training process's own counter
@@ -110,6 +114,12 @@ class AckBoard:
                 failures.append(self._message(worker))
         return failures
 
+    def alive(self, worker: int) -> bool:
+        """Whether ``worker``'s process is alive (one that has not begun an iteration yet
+        counts as alive): a child of this process, so its exit is seen here."""
+        pid = int(self._pids[worker])
+        return pid == 0 or any(child.pid == pid for child in multiprocessing.active_children())
+
     # -- a worker -----------------------------------------------------------------------------
 
     def generation(self, worker: int) -> int:
@@ -146,14 +156,18 @@ class AckBoard:
 class WorkerGate:
     """One worker's gate for one iteration: its count of items handed over, and the wait.
 
-    Implements the queue's ``CompletionGate``: :meth:`mark` is the count when a unit's last
-    item was handed over; :meth:`wait` returns ``True`` once the loop took that many items,
-    ``False`` once it never will (a new iteration began, or this one was abandoned).
+    Implements the queue's ``CompletionGate``, which the worker's queue is built with:
+    :meth:`mark` is the count when a unit's last item was handed over; :meth:`wait` returns
+    ``True`` once the loop took that many items, ``False`` once it never will (a new
+    iteration began, or this one was abandoned); :attr:`slack` is the board's.
     """
 
     def __init__(self, board: AckBoard, worker: int) -> None:
         self.board = board
         self.worker = worker
+        #: The most units of this worker whose items may be on their way to the loop.
+        self.slack = board.slack
+        board._pids[worker] = os.getpid()  # for the loop's board.alive(worker)
         self.generation = board.generation(worker)
         #: Items this worker's generator handed to the DataLoader in this iteration.
         self.count = 0

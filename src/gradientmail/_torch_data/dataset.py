@@ -16,7 +16,6 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from multiprocessing import RawValue
 from multiprocessing import context as _mp_context
 from typing import Any, TypeVar
@@ -28,11 +27,13 @@ from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail._keys import validate_segment
 from gradientmail._torch_data.acks import AckBoard, WorkerGate, current_gate
 from gradientmail._torch_world import world_size as _distributed_world_size
-from gradientmail.backends._options import lease_seconds, positive, redact
+from gradientmail.backends._options import positive, redact
 from gradientmail.mailbox import Capability, Mailbox
-from gradientmail.patterns._progress import pop_reporter
-from gradientmail.patterns.shared_queue import DEFAULT_LEASE, SharedQueue, shared_queue
-from gradientmail.patterns.shared_queue._policy.preference import check_epochs, preference_order
+from gradientmail.patterns._progress import check_reporter, pop_reporter
+from gradientmail.patterns.shared_queue import SharedQueue
+from gradientmail.patterns.shared_queue._completion_gate import IMMEDIATELY, CompletionGate
+from gradientmail.patterns.shared_queue._open import open_queue
+from gradientmail.patterns.shared_queue._options import DEFAULT_LEASE, check_epoch, queue_options
 from gradientmail.session import Session, active_session
 
 __all__ = ["SharedQueueDataset"]
@@ -87,13 +88,10 @@ class SharedQueueDataset(IterableDataset[T]):
         wait_for_others: bool = False,
         epochs: Iterable[int] | None = None,
     ) -> None:
-        if not isinstance(units, Mapping):
-            raise ConfigurationError(
-                f"units must be a mapping of identifier -> unit, not {type(units).__name__}"
-            )
-        if not callable(load):
-            raise ConfigurationError(f"load must be callable (unit -> iterable of items): {load!r}")
-        preference_order(units, order, shuffle, 0)  # every identifier and order checked now
+        #: Every worker's queue opens with these (checked here, as ``shared_queue`` checks).
+        self.options = queue_options(
+            units, load, prefetch, order, shuffle, lease, wait_for_others, epochs
+        )
         self.units = units
         self.mailbox = mailbox
         self.load = load
@@ -101,17 +99,6 @@ class SharedQueueDataset(IterableDataset[T]):
             launcher_learner_id() if learner_id is None else learner_id, "learner id"
         )
         self.publish_every = float(positive(publish_every, "publish_every"))
-        if not isinstance(wait_for_others, bool):
-            raise ConfigurationError(f"wait_for_others must be True or False: {wait_for_others!r}")
-        passes = None if epochs is None else tuple(check_epochs(epochs, 0))
-        self.options = _QueueOptions(
-            positive(prefetch, "prefetch", integer=True),
-            order,
-            shuffle,
-            lease_seconds(lease),
-            wait_for_others,
-            passes,
-        )
         # Shared memory: workers started before set_epoch (persistent_workers) read it too.
         self._epoch: Any = RawValue("q", 0)
         self._worker_box: tuple[int, Mailbox] | None = None
@@ -134,8 +121,7 @@ class SharedQueueDataset(IterableDataset[T]):
         Raises:
             ConfigurationError: ``epoch`` is not an int >= 0.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ConfigurationError(f"epoch must be an int >= 0, not {epoch!r}")
+        check_epoch(epoch)
         if self.options.epochs is not None:
             warnings.warn(
                 f"SharedQueueDataset.set_epoch({epoch}) has no effect: this dataset runs "
@@ -217,22 +203,25 @@ class SharedQueueDataset(IterableDataset[T]):
             session.__exit__(None, None, None)
 
     def _queue(
-        self, learner: str, mailbox: Mailbox, epoch: int, session: Session
-    ) -> AbstractContextManager[SharedQueue[T]]:
-        options = self.options
-        passes = {"epoch": epoch} if options.epochs is None else {"epochs": options.epochs}
-        return shared_queue(
-            self.units,
+        self,
+        learner: str,
+        mailbox: Mailbox,
+        epoch: int,
+        session: Session,
+        gate: CompletionGate = IMMEDIATELY,
+    ) -> AbstractContextManager[SharedQueue[Any]]:
+        check_reporter(session, mailbox)
+        info = get_worker_info()
+        workers = 0 if info is None else info.num_workers
+        siblings = {f"{self.learner_id}-w{worker}" for worker in range(workers)} - {learner}
+        return open_queue(
+            self.options,
             mailbox=mailbox,
             learner_id=learner,
-            load=self.load,
-            prefetch=options.prefetch,
-            order=options.order,
-            shuffle=options.shuffle,
-            lease=options.lease,
-            session=session,
-            wait_for_others=options.wait_for_others,
-            **passes,
+            epoch=epoch,
+            reporter=session,
+            gate=gate,
+            siblings=frozenset(siblings),
         )
 
     def _deliver_gated(
@@ -247,8 +236,7 @@ class SharedQueueDataset(IterableDataset[T]):
         session = Session(mailbox, learner, publish_every=self.publish_every)
         session.__enter__()
         try:
-            with self._queue(learner, mailbox, epoch, session) as items:
-                items.hold_completions(gate, board.slack)
+            with self._queue(learner, mailbox, epoch, session, gate) as items:
                 try:
                     for item in items:
                         session.step(samples=1)
@@ -314,19 +302,6 @@ class SharedQueueDataset(IterableDataset[T]):
             f"<SharedQueueDataset {len(self.units)} units, learner {self.learner_id!r}, "
             f"epoch {self.epoch}, mailbox {redact(self.mailbox.url)!r}>"
         )
-
-
-@dataclass(frozen=True)
-class _QueueOptions:
-    """What each worker passes to ``shared_queue``, besides the units and the epoch."""
-
-    prefetch: int
-    order: Sequence[str] | None
-    shuffle: int | None
-    lease: float
-    wait_for_others: bool
-    #: Several epochs per iteration, or ``None`` for the one ``set_epoch`` names.
-    epochs: tuple[int, ...] | None
 
 
 class _Closer:

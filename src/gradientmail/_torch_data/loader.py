@@ -2,16 +2,24 @@
 
 See :mod:`gradientmail._torch_data.acks` for why and how; the guarantees are stated in
 :mod:`gradientmail.torch`.
+
+An iteration that runs to its end returns only once every worker has recorded its last
+units, so the workers must still be up when the loop finds the iteration over. torch's
+iterator shuts non-persistent workers down from inside the very ``next()`` call that finds
+the data exhausted, and offers no hook before it. So the workers run under a plain
+DataLoader of the same settings whose workers persist (``persistent_workers=True``, public
+API): at the end of an iteration they stay up, the loop waits for their last records, and
+then, unless the user asked for persistent workers, the loader is dropped with its
+iterator, which shuts them down (torch does so when an iterator is collected). Nothing of
+torch's private classes is used.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from torch.utils.data import DataLoader
-from torch.utils.data._utils.collate import default_collate, default_convert
+from torch.utils.data import DataLoader, default_collate, default_convert
 
 from gradientmail._errors import ConfigurationError, WorkerError
 from gradientmail._torch_data.acks import AckBoard, Tagged, Tagging
@@ -69,6 +77,8 @@ class SharedQueueLoader(DataLoader[Any]):
         slack = ((self.prefetch_factor or 2) + 3) * per_batch + 1
         self._board = AckBoard(self.num_workers, slack)
         self.collate_fn = Tagging(collate)
+        #: With persistent workers: the loader that runs them, kept between iterations.
+        self._kept: DataLoader[Any] | None = None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # batches, untagged
         board = self._board
@@ -76,71 +86,83 @@ class SharedQueueLoader(DataLoader[Any]):
             return super().__iter__()
         generation = board.begin()
         self.dataset._board = board  # type: ignore[attr-defined]  # read by workers starting now
-        return _Taking(super().__iter__(), board, generation)
+        runner = self._kept if self._kept is not None else self._runner()
+        if self.persistent_workers:
+            self._kept = runner
+        return _Taking(runner, board, generation, outer=self, keep=self.persistent_workers)
 
-
-_SETTLING: dict[type, type] = {}
-
-
-def _settling(cls: type) -> type:
-    """``cls`` with a ``_shutdown_workers`` that first settles the iteration's gates."""
-    made = _SETTLING.get(cls)
-    if made is None:
-
-        def _shutdown_workers(self: Any) -> None:
-            ref = getattr(self, "_gradientmail_taking", None)
-            taking = ref() if ref is not None else None
-            try:
-                if taking is not None:
-                    taking._leave(finished=taking._asking)
-            finally:
-                cls._shutdown_workers(self)  # type: ignore[attr-defined]
-
-        made = type(cls.__name__, (cls,), {"_shutdown_workers": _shutdown_workers})
-        _SETTLING[cls] = made
-    return made
+    def _runner(self) -> DataLoader[Any]:
+        """A plain DataLoader with this one's settings whose workers persist past the end
+        of an iteration (see the module docstring)."""
+        return DataLoader(
+            self.dataset,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            collate_fn=self.collate_fn,
+            pin_memory=self.pin_memory,
+            drop_last=self.drop_last,
+            timeout=self.timeout,
+            worker_init_fn=self.worker_init_fn,
+            multiprocessing_context=self.multiprocessing_context,
+            generator=self.generator,
+            prefetch_factor=self.prefetch_factor,
+            persistent_workers=True,
+            pin_memory_device=self.pin_memory_device,
+            in_order=self.in_order,
+        )
 
 
 class _Taking:
     """The loop's side of one iteration: untags each batch, and when the loop asks for the
-    next one, tells the batch's worker that its items up to it were taken."""
+    next one, tells the batch's worker that its items up to it were taken.
 
-    def __init__(self, inner: Any, board: AckBoard, generation: int) -> None:
-        self._inner = inner
+    Args:
+        runner: the loader whose workers run the iteration (theirs persist).
+        board: what the loop and the workers share.
+        generation: this iteration's, on the board.
+        outer: the ``SharedQueueLoader``, for ``len()``.
+        keep: the workers persist after the iteration (the user asked for it); otherwise
+            ``runner`` is let go once the iteration is over, which shuts its workers down.
+    """
+
+    def __init__(
+        self,
+        runner: DataLoader[Any],
+        board: AckBoard,
+        generation: int,
+        *,
+        outer: DataLoader[Any],
+        keep: bool,
+    ) -> None:
+        self._runner: DataLoader[Any] | None = runner
+        self._inner: Iterator[Any] | None = iter(runner)
         self._board = board
         self._generation = generation
+        self._outer = outer
+        self._keep = keep
         self._pending: tuple[int, int] | None = None
-        self._asking = False
         self._settled = False
-        # The loader shuts its workers down from inside the call that finds the iteration
-        # over (without persistent workers): the workers must have recorded their last
-        # units by then. Shut down at any other time, the iteration was left early. The
-        # iterator's class becomes a subclass whose shutdown settles first: no closure
-        # holds the iterator, and the shutdown runs even when a garbage collection, which
-        # clears weak references before finalizers, collects the iterator.
-        if getattr(type(inner), "_shutdown_workers", None) is not None:
-            inner.__class__ = _settling(type(inner))
-        inner._gradientmail_taking = weakref.ref(self)
 
     def __iter__(self) -> _Taking:
         return self
 
     def __len__(self) -> int:
-        return len(self._inner)
+        return len(self._outer)
 
     def __next__(self) -> Any:
         pending = self._pending
         if pending is not None:
             self._board.took(pending[0], pending[1], self._generation)
             self._pending = None
-        self._asking = True
+        if self._inner is None:
+            raise StopIteration  # over, and its workers let go
         try:
             tagged = next(self._inner)
         except StopIteration:
+            # Every worker's data is exhausted; its workers are still up (they persist):
+            # wait for their last records before the loop learns the iteration is over.
             self._leave(finished=True)
             raise
-        finally:
-            self._asking = False
         if not isinstance(tagged, Tagged):
             raise ConfigurationError(
                 f"SharedQueueLoader got an untagged batch ({type(tagged).__name__}): its "
@@ -149,25 +171,30 @@ class _Taking:
         self._pending = (tagged.worker, tagged.handed)
         return tagged.batch
 
+    def __del__(self) -> None:
+        # Left before its end (a break, an exception) and let go: by its reference count
+        # at once, or by the garbage collector (a cycle), which runs this before the
+        # runner's iterator is collected and shuts the workers down.
+        self._leave(finished=False)
+
     def _leave(self, *, finished: bool) -> None:
         """The iteration is over: run to its end (wait for the workers to record their last
-        units), or left early (their gates give up: the units not taken are released)."""
+        units), or left early (their gates give up: the units not taken are released).
+        Then, unless its workers persist, let the runner go: that shuts them down."""
         if self._settled:
             return
         self._settled = True
         board, generation = self._board, self._generation
-        if not finished:
-            board.seal(generation)
-            return
-        failures = board.settle(generation, self._alive)
-        if failures:
-            raise WorkerError(
-                "SharedQueueLoader: a worker could not record the completions of its last "
-                "units (they are trained again): " + "; ".join(failures)
-            )
-
-    def _alive(self, worker: int) -> bool:
-        workers = getattr(self._inner, "_workers", None)
-        if workers is None or worker >= len(workers):
-            return True
-        return bool(workers[worker].is_alive())
+        try:
+            if not finished:
+                board.seal(generation)
+                return
+            failures = board.settle(generation, board.alive)
+            if failures:
+                raise WorkerError(
+                    "SharedQueueLoader: a worker could not record the completions of its "
+                    "last units (they are trained again): " + "; ".join(failures)
+                )
+        finally:
+            if not self._keep:
+                self._inner = self._runner = None

@@ -9,15 +9,14 @@
   release), and :func:`create_settled` creates any other record (a completion, a marker,
   a manifest, a pipeline's items). Both settle a write whose outcome the store could not report
   (``OutcomeUnknownError``) by a read, so a slow or flaky store never kills a learner.
-* :func:`encode_record` / :func:`decode_record` are the one JSON codec for every record the
-  patterns store (claims, leases, progress, manifests).
 
-Both patterns (``shared_queue`` and ``pipeline``) claim through this module.
+Claims are JSON records, written and read with the one codec,
+:mod:`gradientmail._record_codec`. Both patterns (``shared_queue`` and ``pipeline``) claim
+through this module.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from gradientmail._errors import (
     LeaseLostError,
     OutcomeUnknownError,
 )
+from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.backends._base import new_write_id
 from gradientmail.backends._options import redact
 from gradientmail.mailbox import Capability, Mailbox, Version
@@ -41,12 +41,9 @@ __all__ = [
     "claim_body",
     "claim_versioned",
     "create_settled",
-    "decode_record",
-    "encode_record",
     "new_token",
     "parse_claim",
     "read_claim",
-    "read_record",
     "read_versioned",
     "swap_claim",
 ]
@@ -57,28 +54,6 @@ SETTLE_ATTEMPTS = 3
 
 #: An atomicity violation (a claim reported as won but held by another) at WARNING.
 _log = logging.getLogger(__name__)
-
-
-def encode_record(record: dict[str, Any]) -> bytes:
-    """A record as compact UTF-8 JSON: the one encoder for every pattern's records."""
-    return json.dumps(record, separators=(",", ":")).encode("utf-8")
-
-
-def decode_record(data: bytes) -> dict[str, Any] | None:
-    """A JSON object record, or ``None`` when ``data`` is not one (never raises)."""
-    try:
-        record = json.loads(data)
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def read_record(mailbox: Mailbox, key: str) -> dict[str, Any] | None:
-    """The JSON object stored at ``key``; ``None`` if the key is missing or holds no object."""
-    try:
-        return decode_record(mailbox.get(key))
-    except KeyNotFoundError:
-        return None
 
 
 def read_versioned(mailbox: Mailbox, key: str, cas: bool) -> tuple[bytes, Version | None] | None:

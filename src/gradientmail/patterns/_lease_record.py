@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gradientmail._record_codec import encode_record
 from gradientmail.mailbox import Version
-from gradientmail.patterns._claims import encode_record
 
 __all__ = ["OwnRecord", "lease_record"]
 

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradientmail._errors import ConfigurationError
+from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.mailbox import Capability, Mailbox, Version
-from gradientmail.patterns._claims import decode_record, encode_record, read_versioned
+from gradientmail.patterns._claims import read_versioned
 
 __all__ = ["LIVE_STATES", "LeaseState", "LeaseWatcher", "watch_earlier_holder"]
 

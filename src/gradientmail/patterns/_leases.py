@@ -40,9 +40,10 @@ from gradientmail._errors import (
     LeaseLostError,
     OutcomeUnknownError,
 )
+from gradientmail._record_codec import decode_record
 from gradientmail.backends._base import new_write_id
 from gradientmail.mailbox import Capability, Mailbox, Version
-from gradientmail.patterns._claims import decode_record, read_versioned
+from gradientmail.patterns._claims import read_versioned
 from gradientmail.patterns._lease_record import OwnRecord, lease_record
 from gradientmail.patterns._lease_watch import (
     LIVE_STATES,

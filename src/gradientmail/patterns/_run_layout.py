@@ -53,8 +53,9 @@ from typing import Any
 from gradientmail._errors import (
     RunMismatchError,
 )
+from gradientmail._record_codec import decode_record, encode_record, read_record
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns._claims import create_settled, decode_record, encode_record, read_record
+from gradientmail.patterns._claims import create_settled
 
 __all__ = [
     "EPOCHS_PREFIX",

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from gradientmail import Capability, Mailbox, from_url
-from gradientmail.patterns._claims import encode_record
+from gradientmail._counting import Counting, RequestTally
+from gradientmail._record_codec import encode_record
 from gradientmail.patterns._leases import LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages, lists_from_a_key
@@ -59,10 +60,14 @@ class Policy:
         claimed: list[str] = (),  # type: ignore[assignment]
         shared_order: bool = True,
     ) -> None:
-        self.stats = QueueCost()
-        reader = ClaimPages(box, PREFIX, self.stats)
+        self.tally = RequestTally()  # its requests, counted as an epoch's are
+        reader = ClaimPages(Counting(box, self.tally), PREFIX)
         self.policy = ClaimPolicy(identifiers, learner, reader, shared_order=shared_order)
         self.policy.begin(claimed, members if members is not None else [learner, "other"])
+
+    @property
+    def stats(self) -> QueueCost:
+        return QueueCost.of(self.tally.counts())
 
     @property
     def pages(self) -> int:

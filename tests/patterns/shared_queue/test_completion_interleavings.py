@@ -13,7 +13,7 @@ import time
 import pytest
 
 from gradientmail import Mailbox, WorkerError
-from gradientmail.patterns._claims import decode_record
+from gradientmail._record_codec import decode_record
 from gradientmail.patterns.shared_queue import shared_queue
 from tests.support.interleave import Interleave
 

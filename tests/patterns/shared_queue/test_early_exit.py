@@ -67,3 +67,25 @@ def test_the_next_learner_takes_the_released_units_as_released_not_as_a_dead_lea
     assert [r.levelno for r in took] == [logging.INFO] * released, [r.message for r in took]
     assert all("released by 'leaver'" in r.getMessage() for r in took)
     assert read_status(box).complete
+
+
+def test_a_unit_taken_over_while_waiting_is_released_on_an_early_exit_like_a_claimed_one(
+    box: Mailbox,
+) -> None:
+    """The next learner claims the free units, then, with nothing free, takes the released
+    ones over; it leaves at the first item of one. That unit, and every other it took over
+    and did not finish, goes back released: a unit taken over is held like one claimed."""
+    leave_after_one_item(box)
+    released = set(claims_of(box, "leaver"))
+    by_value = {value: ident for ident, value in UNITS.items()}
+    left_at = None
+    with shared_queue(UNITS, mailbox=box, learner_id="next", load=two_items, prefetch=1) as q:
+        for unit, _ in q:
+            if by_value[unit] in released:
+                left_at = by_value[unit]
+                break
+    assert left_at is not None, "it never took a released unit over"
+    assert q.stats.units_reclaimed >= 1
+    states = claims_of(box, "next")
+    assert states[left_at] == "released", states
+    assert set(states.values()) <= {"done", "released"}, f"a unit it took stays held: {states}"

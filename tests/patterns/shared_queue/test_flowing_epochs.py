@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from gradientmail import ConfigurationError, Mailbox, WorkerError
-from gradientmail.patterns._claims import decode_record, parse_claim
+from gradientmail._record_codec import decode_record
+from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns._run_layout import RunLayout
 from gradientmail.patterns.shared_queue import shared_queue
 from tests.support.handoff_probe import WatchedBell, install

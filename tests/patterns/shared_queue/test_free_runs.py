@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from gradientmail import from_url
+from gradientmail._counting import Counting, RequestTally
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue._policy.free_runs import PAGE, FreeRuns
 from gradientmail.patterns.shared_queue._stats import QueueCost
@@ -87,11 +88,12 @@ def test_a_page_marks_its_claims_and_says_how_far_it_reached() -> None:
     claimed = [p for p in range(len(identifiers)) if p % 2]  # every other unit
     for p in claimed:
         assert box.put_if_absent("units/" + identifiers[p], b"{}")
-    stats = QueueCost()
-    reader = ClaimPages(box, "units/", stats)
+    tally = RequestTally()
+    reader = ClaimPages(Counting(box, tally), "units/")
     assert reader.partial  # memory:// starts listings after a key
     view = FreeRuns(identifiers, b"seed")
     last = view.list_page(reader, 10)
+    stats = QueueCost.of(tally.counts())
     assert (stats.listings, stats.listed_keys) == (1, PAGE)
     assert last == 11 + 2 * (PAGE - 1)  # the last of the 1000 claims listed after unit 9
     assert [p for p in range(10, last + 1) if view.taken[p]] == list(range(11, last + 1, 2))
@@ -99,4 +101,5 @@ def test_a_page_marks_its_claims_and_says_how_far_it_reached() -> None:
     assert not any(view.taken[last + 1 :])
     last = view.list_page(reader, last + 1)
     assert last == len(identifiers) - 1  # the listing reached the end
+    stats = QueueCost.of(tally.counts())
     assert (stats.listings, stats.listed_keys) == (2, len(claimed) - 5)

@@ -11,7 +11,7 @@ it unwatched while it still works.
 from __future__ import annotations
 
 from gradientmail import Mailbox
-from gradientmail.patterns._claims import decode_record
+from gradientmail._record_codec import decode_record
 from gradientmail.patterns._lease_watch import LeaseWatcher
 from gradientmail.patterns._leases import Lease
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gradientmail import Mailbox, from_url
-from gradientmail.patterns._claims import decode_record, encode_record
+from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.patterns._leases import LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns.shared_queue import shared_queue

@@ -18,7 +18,6 @@ events is the same on every run.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
 import threading
@@ -30,16 +29,24 @@ from typing import Any, ClassVar
 import pytest
 
 from gradientmail import Capability, Mailbox
+from gradientmail._counting import Counting, RequestTally
+from gradientmail._record_codec import decode_record
 from gradientmail.backends.memory import MemoryMailbox
-from gradientmail.patterns._claims import decode_record, parse_claim
+from gradientmail.patterns._claims import parse_claim
 from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
-from gradientmail.patterns.shared_queue import _waiting, shared_queue
+from gradientmail.patterns._workers import Bell, HandoffBuffer
+from gradientmail.patterns.shared_queue import _pacing, _waiting, shared_queue
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
+from gradientmail.patterns.shared_queue._completion_gate import IMMEDIATELY
 from gradientmail.patterns.shared_queue._holdings import Holdings
+from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
+from gradientmail.patterns.shared_queue._loader import ClaimLoop
+from gradientmail.patterns.shared_queue._pacing import Pacing
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
-from gradientmail.patterns.shared_queue._scope import Scope
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._scope import Scope, Setup
+from gradientmail.patterns.shared_queue._stats import SCANS, QueueCost, QueueStats
+from gradientmail.patterns.shared_queue._takeover import Takeover
 from gradientmail.patterns.shared_queue._unit_claims import Held, UnitClaims
 from gradientmail.patterns.shared_queue._waiting import NOTICE_S, Next, Waiting
 from tests.support.clock import FakeClock
@@ -149,11 +156,12 @@ class Sim:
 
 @pytest.fixture
 def sim(monkeypatch: pytest.MonkeyPatch) -> Sim:
-    """The waiting's clock, and its lease watcher's, are the simulation's."""
+    """The waiting's clock and its pacing's are the simulation's (each learner's lease
+    watcher is given the same clock)."""
     simulation = Sim()
-    monkeypatch.setattr(_waiting, "time", SimpleNamespace(monotonic=simulation.clock))
-    watcher = functools.partial(LeaseWatcher, clock=simulation.clock)
-    monkeypatch.setattr(_waiting, "LeaseWatcher", watcher)
+    clock = SimpleNamespace(monotonic=simulation.clock)
+    monkeypatch.setattr(_waiting, "time", clock)
+    monkeypatch.setattr(_pacing, "time", clock)
     return simulation
 
 
@@ -190,18 +198,39 @@ class Learner:
         #: Set while the learner renews nothing (paused, or slow).
         self.silent = False
         sim.every(self.lease.period, self.renew)
-        self.claims = UnitClaims(box, LAYOUT, name, self.lease.incarnation)
+        # Its requests go through the counting door, as an epoch's do (its cost is a view).
+        self.tally = RequestTally()
+        counted = Counting(box, self.tally)
+        self.claims = UnitClaims(counted, LAYOUT, name, self.lease.incarnation)
         stats = QueueStats()
-        pages = ClaimPages(box, LAYOUT.units, stats.cost)
+        pages = ClaimPages(counted, LAYOUT.units)
         policy = ClaimPolicy(list(UNITS), name, pages, shared_order=True)
         self.holdings = Holdings() if holdings is None else holdings
         closing = Paced(sim, self.step)
         self.scope = Scope(self.claims, self.lease, policy, self.holdings, stats, closing)
-        self.waiting = Waiting(self.scope, wait_for_others=True, hold=lambda held, _: held)
-        self.waiting.begin(self.claims.scan())  # the loader's scan at its start
+        # The epoch's parts, built as the epoch builds them, on the simulation's clock.
+        watcher = LeaseWatcher(counted, LEASES_PREFIX, duration=LEASE, clock=sim.clock)
+        idle = IdleWatch(self.claims, watcher, self.lease.period)
+        pacing = Pacing(self.lease.period, closing)
+        scanning = Counting(box, self.tally, label=SCANS)
+        scans = UnitClaims(scanning, LAYOUT, name, self.lease.incarnation)
+        takeover = Takeover(self.scope, scans, watcher, idle, pacing)
+        self.waiting = Waiting(self.scope, idle, takeover, pacing, wait_for_others=True)
+        # prefetch 1, no reporter, waiting for others, in the mapping's order, recorded at once
+        setup = Setup(box, dict.fromkeys(UNITS), list, name, 1, None, True, True, IMMEDIATELY)
+        buffer: HandoffBuffer[Any] = HandoffBuffer(1, Bell())
+        loop = ClaimLoop(
+            self.scope, setup, buffer, takeover=takeover, waiting=self.waiting, idle=idle
+        )
+        loop.start()  # the loader's start: its scan, the members, an earlier self's units
         #: What each step decided.
         self.steps: list[Held | Next] = []
         self.ended_at: float | None = None
+
+    @property
+    def cost(self) -> QueueCost:
+        """What its claiming and waiting cost, as ``queue.stats.cost`` says it."""
+        return QueueCost.of(self.tally.counts())
 
     def renew(self) -> None:
         """Its lease's renewal, due every period, unless it is silent."""
@@ -296,7 +325,7 @@ def test_a_waiting_learner_looks_for_the_end_each_second_and_ends_within_one(
     gaps = [later - earlier for earlier, later in itertools.pairwise(looks.polls)]
     for earlier, later in itertools.pairwise(gaps):  # its full polls back off
         assert later == pytest.approx(min(2 * earlier, LEASE / 3)), f"full polls {gaps}"
-    assert waiter.scope.stats.cost.idle_polls == len(looks.polls)
+    assert waiter.cost.idle_polls == len(looks.polls)
     moments = [began, *(t for t in looks.at if t <= finished_at), finished_at]
     longest = max(later - earlier for earlier, later in itertools.pairwise(moments))
     assert longest <= NOTICE_S, f"{longest:.1f} s without a look that would show the end"
@@ -430,7 +459,7 @@ def test_a_busy_learner_that_renews_once_suspected_stays_watched_and_is_not_scan
         busy.lease.renew()
 
     def suspected() -> bool:
-        return waiter.scope.stats.cost.wait_scans > 0
+        return waiter.cost.wait_scans > 0
 
     sim.after(LEASE / 2, lambda: setattr(hook, "renew", wakes))  # armed while it is silent
     sim.run(suspected, within=2 * LEASE)
@@ -448,7 +477,7 @@ def test_a_busy_learner_that_renews_once_suspected_stays_watched_and_is_not_scan
 
     sim.after(2 * LEASE, finishes)
     sim.run(ended_by(busy, waiter), within=4 * LEASE)
-    assert waiter.scope.stats.cost.wait_scans == 1, "it scanned the claims for a live learner"
+    assert waiter.cost.wait_scans == 1, "it scanned the claims for a live learner"
     assert end_record(box)["by"] in {"h", "w"}
 
 

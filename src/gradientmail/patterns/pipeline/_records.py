@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from gradientmail._errors import KeyNotFoundError, PipelineError
+from gradientmail._record_codec import decode_record, encode_record
 from gradientmail.mailbox import Mailbox
-from gradientmail.patterns._claims import decode_record, encode_record
 from gradientmail.patterns._workers import CarriedError
 
 __all__ = [

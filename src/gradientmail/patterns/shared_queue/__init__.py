@@ -84,24 +84,20 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from gradientmail._errors import ConfigurationError, NotSupportedError
 from gradientmail._keys import validate_segment
-from gradientmail.backends._options import lease_seconds, positive
-from gradientmail.mailbox import Capability, Mailbox
+from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._progress import (
     ProgressReporter,
     active_reporter,
     any_active_reporter,
     check_reporter,
-    queue_entered,
-    queue_left,
 )
 from gradientmail.patterns._run_layout import MANIFEST_KEY, UNITS_PREFIX
 from gradientmail.patterns.shared_queue._consumer import SharedQueue
-from gradientmail.patterns.shared_queue._policy.preference import check_epochs, preference_order
-from gradientmail.patterns.shared_queue._scope import Setup
+from gradientmail.patterns.shared_queue._open import open_queue
+from gradientmail.patterns.shared_queue._options import DEFAULT_LEASE, queue_options
 from gradientmail.patterns.shared_queue._stats import QueueCost, QueueStats
 
 __all__ = [
@@ -116,33 +112,8 @@ __all__ = [
     "validate_segment",
 ]
 
-#: Seconds a learner's lease lasts without renewal before others may take its units.
-DEFAULT_LEASE = 60.0
-
 U = TypeVar("U")
 T = TypeVar("T")
-
-
-def _check_arguments(
-    units: object, mailbox: Mailbox, load: object, epoch: object, shuffle: object
-) -> None:
-    if not isinstance(units, Mapping):
-        raise ConfigurationError(
-            f"units must be a mapping of identifier -> unit, not {type(units).__name__}; "
-            "e.g. {f'shard-{i:05d}': path for i, path in enumerate(paths)}"
-        )
-    if not mailbox.supports(Capability.ATOMIC_CREATE):
-        raise NotSupportedError(
-            f"shared_queue over {mailbox.url} needs atomic put_if_absent "
-            "(Capability.ATOMIC_CREATE), which this mailbox does not declare; without it two "
-            "learners could both claim one unit"
-        )
-    if not callable(load):
-        raise ConfigurationError(f"load must be callable (unit -> iterable of items): {load!r}")
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise ConfigurationError(f"epoch must be an int >= 0, not {epoch!r}")
-    if shuffle is not None and (isinstance(shuffle, bool) or not isinstance(shuffle, int)):
-        raise ConfigurationError(f"shuffle must be an int seed or None, not {shuffle!r}")
 
 
 @contextmanager
@@ -200,14 +171,9 @@ def shared_queue(
             the mailbox failed; the original exception is its ``__cause__``.
         LeaseLostError: from iteration, when this learner's units were taken over.
     """
-    _check_arguments(units, mailbox, load, epoch, shuffle)
-    passes = [epoch] if epochs is None else check_epochs(epochs, epoch)
-    validate_segment(learner_id, "learner id")
-    positive(prefetch, "prefetch", integer=True)
-    lease = lease_seconds(lease)
-    if not isinstance(wait_for_others, bool):
-        raise ConfigurationError(f"wait_for_others must be True or False, not {wait_for_others!r}")
-    orders = [(k, preference_order(units, order, shuffle, k)) for k in passes]
+    options = queue_options(
+        units, load, prefetch, order, shuffle, lease, wait_for_others, epochs, epoch
+    )
     if session is not None:
         check_reporter(session, mailbox)
     reporter = session if session is not None else active_reporter(learner_id)
@@ -221,29 +187,7 @@ def shared_queue(
                 RuntimeWarning,
                 stacklevel=3,
             )
-    setup = Setup(
-        mailbox=mailbox,
-        units=units,
-        load=load,
-        learner_id=learner_id,
-        prefetch=prefetch,
-        reporter=reporter,
-        wait_for_others=wait_for_others,
-        shared_order=order is None,
-    )
-    queue: SharedQueue[T] = SharedQueue(setup, orders, lease=float(lease))
-    try:
-        queue._start()
-        with _running(queue):
-            yield queue
-    finally:
-        queue.close()
-
-
-@contextmanager
-def _running(queue: SharedQueue[Any]) -> Iterator[None]:
-    queue_entered(queue.learner_id)
-    try:
-        yield
-    finally:
-        queue_left(queue.learner_id)
+    with open_queue(
+        options, mailbox=mailbox, learner_id=learner_id, epoch=epoch, reporter=reporter
+    ) as queue:
+        yield queue

@@ -31,9 +31,8 @@ from gradientmail.patterns._patience import Patient
 from gradientmail.patterns._run_layout import LEASES_PREFIX, check_manifest
 from gradientmail.patterns._workers import Bell
 from gradientmail.patterns.shared_queue._epoch import EMPTY, EpochRun
-from gradientmail.patterns.shared_queue._recorder import CompletionGate
 from gradientmail.patterns.shared_queue._scope import Setup
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._stats import QueueCost, QueueStats
 
 __all__ = ["SharedQueue"]
 
@@ -63,7 +62,7 @@ class SharedQueue(Generic[T]):
     ) -> None:
         self.learner_id = setup.learner_id
         self.epoch = epochs[0][0]
-        self.stats = QueueStats()
+        self._stats = QueueStats()
         self._setup = setup
         self._pending = deque(epochs)
         #: Each epoch's place in the order this learner goes through them.
@@ -80,6 +79,13 @@ class SharedQueue(Generic[T]):
         self._bell = Bell()
         self._open: list[EpochRun[T]] = []
         self._state = _State()
+
+    @property
+    def stats(self) -> QueueStats:
+        """Live telemetry (see :class:`QueueStats`); its ``cost`` is a view of the requests
+        counted so far, taken now."""
+        self._stats.cost = QueueCost.of(self._setup.tally.counts(), self._lease.renewals)
+        return self._stats
 
     def _start(self) -> None:
         """Check the manifest, take the lease, open the first epoch. Each request waits out
@@ -119,14 +125,14 @@ class SharedQueue(Generic[T]):
                         break
                     if item is not EMPTY:
                         self.epoch = run.epoch
-                        self.stats.items_delivered += 1
+                        self._stats.items_delivered += 1
                         return item  # type: ignore[return-value]  # not EMPTY: an item
                 if ended is not None:
                     self._ended(ended)
                     continue
                 if not self._open:
                     state.exhausted = True
-                    self.stats.run_complete = not self._unfinished and not self._pending
+                    self._stats.run_complete = not self._unfinished and not self._pending
                     raise StopIteration
                 self._waited(bell.wait(seen))
         except LeaseLostError:
@@ -138,7 +144,7 @@ class SharedQueue(Generic[T]):
 
     def _waited(self, seconds: float) -> None:
         if seconds:
-            self.stats.wait_s += seconds
+            self._stats.wait_s += seconds
             if self._setup.reporter is not None:
                 self._setup.reporter.data_waited(seconds)
 
@@ -149,17 +155,6 @@ class SharedQueue(Generic[T]):
         if self._open and following - self._position[self._open[0].epoch] > 1:
             return False
         return all(run.dry.is_set() for run in self._open)
-
-    def hold_completions(self, gate: CompletionGate, slack: int) -> None:
-        """Record each unit done only once ``gate`` opens for it, in every epoch; call it
-        before the first item. Then the last completions are recorded by :meth:`close`,
-        which waits for the gate, and raises the first failure recording one.
-
-        ``slack``: the most units whose items may wait downstream for the gate.
-        """
-        self._state.gate = (gate, slack)
-        for run in self._open:
-            run.hold_completions(gate, slack)
 
     def _open_next(self) -> None:
         """Open the next pending epoch, and say so in the lease."""
@@ -172,19 +167,22 @@ class SharedQueue(Generic[T]):
                 self._open[0].epoch,
             )
         run: EpochRun[T] = EpochRun(
-            self._setup, epoch, identifiers, lease=self._lease, stats=self.stats, bell=self._bell
+            self._setup,
+            epoch,
+            identifiers,
+            lease=self._lease,
+            stats=self._stats,
+            bell=self._bell,
         )
-        if self._state.gate is not None:
-            run.hold_completions(*self._state.gate)
         self._open.append(run)
         self._name_epochs()
         run.start()
 
     def _ended(self, run: EpochRun[T]) -> None:
-        """An epoch ended: close it (a gated one later, by :meth:`close`: its last
-        completions wait for items downstream); go on with the others."""
+        """An epoch ended: close it (later, by :meth:`close`, where its last completions may
+        wait for items downstream); go on with the others."""
         self._open.remove(run)
-        if run.gated:
+        if run.completes_at_close:
             self._state.ended.append(run)
         else:
             run.close()
@@ -221,8 +219,10 @@ class SharedQueue(Generic[T]):
         :attr:`release_error`: the units then come back when the lease expires.
 
         Raises:
-            WorkerError: (gated, after the last item) recording a last completion failed.
-            LeaseLostError: (gated, after the last item) a unit was taken over before its
+            WorkerError: (a gate with slack, after the last item) recording a last
+                completion failed.
+            LeaseLostError: (a gate with slack, after the last item) a unit was taken over
+                before its
                 completion could be recorded.
         """
         if self._begin_close():
@@ -233,8 +233,8 @@ class SharedQueue(Generic[T]):
     ) -> threading.Thread:
         """:meth:`close` in a new non-daemon thread, returned started, which then calls
         ``closed`` with what close raised (``None``: nothing). From now on :meth:`close`
-        returns at once. For a gated queue, whose consumer must return before its last
-        completions can be recorded."""
+        returns at once. For a queue whose gate has slack, whose consumer must return
+        before its last completions can be recorded."""
         first = self._begin_close()
 
         def run() -> None:
@@ -272,8 +272,9 @@ class SharedQueue(Generic[T]):
                 error = error or exc
         self._open.clear()
         state.ended.clear()
-        self.stats.cost.lease_renewals = self._lease.renewals
-        failed = next((run.error for run in runs if run.gated and run.error is not None), None)
+        failed = next(
+            (run.error for run in runs if run.completes_at_close and run.error is not None), None
+        )
         if fenced or state.fenced or self._lease.lost:
             # Stops renewing. A lost lease is left as it was written; one fenced for being
             # too stale to renew reads ``failed`` if the store takes the write, and else
@@ -289,14 +290,14 @@ class SharedQueue(Generic[T]):
                 error = error or exc
             self.release_error = error
         if failed is not None and state.exhausted:
-            raise failed  # a gated queue's last completion failed (taken over, or the store)
+            raise failed  # a last completion at close failed (taken over, or the store)
 
 
 class _State:
     """Where the consumer is: iterating, done (no more items), exhausted (every epoch
     ended, not left early), closed."""
 
-    __slots__ = ("closed", "done", "ended", "exhausted", "fenced", "gate")
+    __slots__ = ("closed", "done", "ended", "exhausted", "fenced")
 
     def __init__(self) -> None:
         self.done = False
@@ -306,5 +307,3 @@ class _State:
         self.closed = False
         #: Ended epochs whose last completions wait for the gate, closed by ``close``.
         self.ended: list[EpochRun[Any]] = []
-        #: The completion gate and its slack, once ``hold_completions`` was called.
-        self.gate: tuple[CompletionGate, int] | None = None

@@ -4,10 +4,18 @@ A learner runs one :class:`EpochRun` per open epoch, all under the learner's one
 while it works in a single epoch, two while its epochs flow (it claims units of the next
 epoch while the last units of the previous one are in progress elsewhere). Each run has
 its own claims, claim policy, idle markers and takeovers, scoped to its epoch's keys, so
-nothing of one epoch is ever recorded in another. The consumer reads a run only through
-:meth:`EpochRun.take`, which never blocks: the learner's
-:class:`~gradientmail.patterns.shared_queue._consumer.SharedQueue` waits on the bell that
-every run's buffer rings.
+nothing of one epoch is ever recorded in another.
+
+An epoch starts here: :meth:`EpochRun._build` builds every part of it (its claims, the
+claim policy and its pages, the holdings, the scope, the lease watcher, the idle watch, the
+pacing, the takeovers, the waiting, the loader's loop and the completion recorder) and
+hands each the siblings it works with; no part builds another. :meth:`EpochRun.start`
+starts the threads, and the loader's first requests are
+:meth:`~gradientmail.patterns.shared_queue._loader.ClaimLoop.start`.
+
+The consumer reads a run only through :meth:`EpochRun.take`, which never blocks: the
+learner's :class:`~gradientmail.patterns.shared_queue._consumer.SharedQueue` waits on the
+bell that every run's buffer rings.
 """
 
 from __future__ import annotations
@@ -16,10 +24,11 @@ import threading
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from gradientmail._counting import Counting
 from gradientmail._errors import LeaseLostError
-from gradientmail.patterns._leases import Lease
+from gradientmail.patterns._leases import Lease, LeaseWatcher
 from gradientmail.patterns._patience import Patient
-from gradientmail.patterns._run_layout import RunLayout
+from gradientmail.patterns._run_layout import LEASES_PREFIX, RunLayout
 from gradientmail.patterns._workers import EMPTY, Bell, HandoffBuffer, Worker
 from gradientmail.patterns.shared_queue._buffer_entries import (
     Control,
@@ -31,12 +40,16 @@ from gradientmail.patterns.shared_queue._buffer_entries import (
 )
 from gradientmail.patterns.shared_queue._claim_pages import ClaimPages
 from gradientmail.patterns.shared_queue._holdings import Holdings
+from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
 from gradientmail.patterns.shared_queue._loader import ClaimLoop
+from gradientmail.patterns.shared_queue._pacing import Pacing
 from gradientmail.patterns.shared_queue._policy import ClaimPolicy
-from gradientmail.patterns.shared_queue._recorder import CompletionGate, CompletionRecorder
+from gradientmail.patterns.shared_queue._recorder import CompletionRecorder
 from gradientmail.patterns.shared_queue._scope import Scope, Setup
-from gradientmail.patterns.shared_queue._stats import QueueStats
+from gradientmail.patterns.shared_queue._stats import SCANS, QueueStats
+from gradientmail.patterns.shared_queue._takeover import Takeover
 from gradientmail.patterns.shared_queue._unit_claims import UnitClaims
+from gradientmail.patterns.shared_queue._waiting import Waiting
 
 __all__ = ["EMPTY", "EpochRun", "Setup"]
 
@@ -80,42 +93,70 @@ class EpochRun(Generic[T]):
         return f"shared_queue loader of learner {self.setup.learner_id!r}"
 
     def _build(self, identifiers: list[str], lease: Lease, stats: QueueStats) -> _Parts:
+        """Build every part of the epoch, and hand each the siblings it works with.
+
+        No part builds another. What the loader thread does first (its scan, the members,
+        an earlier incarnation's units) is :meth:`ClaimLoop.start`.
+        """
         setup = self.setup
         closing = threading.Event()
         # The loader and the recorder ride out a store outage shorter than the lease (past
         # it, this learner could not have renewed in time anyway); the lease renews on its
-        # own schedule with the mailbox itself.
+        # own schedule with the mailbox itself. Every request they send, each try of it, is
+        # counted by the one door (the takeovers' scans under their own label).
         what = f"shared_queue learner {setup.learner_id!r}"
-        mailbox = Patient(setup.mailbox, lease.duration, closing, what)
-        claims = UnitClaims(mailbox, RunLayout(self.epoch), setup.learner_id, lease.incarnation)
-        pages = ClaimPages(mailbox, claims.layout.units, stats.cost)
+        counted = Counting(setup.mailbox, setup.tally)
+        mailbox = Patient(counted, lease.duration, closing, what)
+        scanning = Patient(
+            Counting(setup.mailbox, setup.tally, label=SCANS), lease.duration, closing, what
+        )
+        layout = RunLayout(self.epoch)
+        claims = UnitClaims(mailbox, layout, setup.learner_id, lease.incarnation)
+        pages = ClaimPages(mailbox, layout.units)
         policy = ClaimPolicy(identifiers, setup.learner_id, pages, shared_order=setup.shared_order)
         scope = Scope(claims, lease, policy, Holdings(), stats, closing)
-        loop = ClaimLoop(scope, setup, self._buffer, on_dry=self._on_dry)
+        # One watcher for the idle watch and the takeovers: a holder watched by the one can
+        # be declared lost by the other.
+        watcher = LeaseWatcher(mailbox, LEASES_PREFIX, duration=lease.duration)
+        idle = IdleWatch(claims, watcher, lease.period)
+        pacing = Pacing(lease.period, closing)
+        scans = UnitClaims(scanning, layout, setup.learner_id, lease.incarnation)
+        takeover = Takeover(scope, scans, watcher, idle, pacing)
+        waiting = Waiting(
+            scope,
+            idle,
+            takeover,
+            pacing,
+            wait_for_others=setup.wait_for_others,
+            siblings=setup.siblings,
+        )
+        loop = ClaimLoop(
+            scope,
+            setup,
+            self._buffer,
+            takeover=takeover,
+            waiting=waiting,
+            idle=idle,
+            on_dry=self._on_dry,
+        )
         name = f"gradientmail-shared-queue-{setup.learner_id}-epoch-{self.epoch}"
         loader = Worker(name, lambda _stop: loop.run())
-        recorder = CompletionRecorder(scope, worker=self.worker, wake=self._buffer.put_control)
+        recorder = CompletionRecorder(
+            scope, gate=setup.gate, worker=self.worker, wake=self._buffer.put_control
+        )
         return _Parts(scope, loop, loader, recorder)
-
-    def hold_completions(self, gate: CompletionGate, slack: int) -> None:
-        """Record each completion only once ``gate`` opens for it (before the first item).
-
-        ``slack``: the most units whose items may wait downstream for the gate; the loader
-        may hold that many more units, so that waiting completions never stall it.
-        """
-        self._parts.recorder.gate = gate
-        self._parts.loop.held_limit += slack
 
     @property
     def error(self) -> BaseException | None:
-        """The first failure recording a completion (a gated run's last ones are recorded
-        by :meth:`close`, so this is where they are seen)."""
+        """The first failure recording a completion (where the last ones are recorded by
+        :meth:`close`, this is where they are seen)."""
         return self._parts.recorder.error
 
     @property
-    def gated(self) -> bool:
-        """Whether completions wait for a gate (then :meth:`close` may wait for it)."""
-        return self._parts.recorder.gate is not None
+    def completes_at_close(self) -> bool:
+        """Whether the epoch's last completions may wait for items still downstream (its
+        gate has slack): then :meth:`close`, not the end of :meth:`take`, records them."""
+        return self.setup.gate.slack > 0
 
     def start(self) -> None:
         """Start the loader and the recorder threads."""
@@ -162,9 +203,9 @@ class EpochRun(Generic[T]):
             elif isinstance(entry, Failed):
                 entry.carried.reraise(self.worker, entry.context)
             else:  # Exhausted: the loader found the epoch over
-                if not self.gated:
-                    # Gated completions wait for items still downstream, which may wait for
-                    # this very call to return: close() records them.
+                if not self.completes_at_close:
+                    # Else the last completions wait for items still downstream, which may
+                    # wait for this very call to return: close() records them.
                     parts.recorder.flush()
                     if parts.recorder.error is not None:
                         raise parts.recorder.error
@@ -187,8 +228,8 @@ class EpochRun(Generic[T]):
         parts.recorder.stop()
         if parts.scope.lease.lost or isinstance(parts.recorder.error, LeaseLostError):
             return True
-        if not self._ended or self.gated:
-            # Ended, a gated run may still hold units whose items were dropped downstream.
+        if not self._ended or self.completes_at_close:
+            # Ended, it may still hold units whose items were dropped downstream.
             self._release_held()
         return False
 

@@ -50,7 +50,8 @@ import time
 from dataclasses import dataclass, field
 
 from gradientmail._errors import KeyNotFoundError
-from gradientmail.patterns._claims import create_settled, encode_record
+from gradientmail._record_codec import encode_record
+from gradientmail.patterns._claims import create_settled
 from gradientmail.patterns._hash_ring import Ring, rank
 from gradientmail.patterns._leases import LeaseState, LeaseWatcher
 from gradientmail.patterns._run_layout import LEASES_PREFIX

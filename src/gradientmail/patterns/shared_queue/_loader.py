@@ -8,13 +8,17 @@ Order of preference, each time the buffer has room:
 3. when none is free: units that were released, or whose owner's lease expired, taken
    over with compare-and-swap. While units are claimed but not done and none can be taken,
    the thread keeps watching the others' leases and idle markers (see
-   :mod:`~gradientmail.patterns.shared_queue._waiting`), and ends only when every unit is done. So a
-   learner that dies last still has its units finished by someone. With
+   :mod:`~gradientmail.patterns.shared_queue._waiting`), and ends only when every unit is
+   done. So a learner that dies last still has its units finished by someone. With
    ``wait_for_others=False`` it ends instead (lockstep training: a rank waiting here for
    data while another waits for it in a collective would deadlock).
 
 Without compare-and-swap, step 1 and 3 do not exist: claims are permanent and the thread
 ends when no unit is free.
+
+The loop is handed its siblings (the takeovers, the waiting, the idle watch), built with it
+by :class:`~gradientmail.patterns.shared_queue._epoch.EpochRun`; it builds none. Every unit
+it loads, claimed or taken over, it holds through one :meth:`ClaimLoop.hold`.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from gradientmail.patterns.shared_queue._buffer_entries import (
     UnitEnd,
     UnitStart,
 )
+from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
 from gradientmail.patterns.shared_queue._scope import Scope, Setup
+from gradientmail.patterns.shared_queue._takeover import Next, Takeover
 from gradientmail.patterns.shared_queue._unit_claims import Held
-from gradientmail.patterns.shared_queue._waiting import Next, Waiting
+from gradientmail.patterns.shared_queue._waiting import Waiting
 
 __all__ = ["ClaimLoop"]
 
@@ -57,6 +63,17 @@ class ClaimLoop:
 
     Every unit it holds is added to ``holdings`` (shared with the consumer side) before
     its first item is buffered, so the consumer can complete or release it.
+
+    Args:
+        scope: what the epoch's threads share.
+        setup: the queue's arguments (the units, ``load``, the reporter).
+        buffer: where the items go.
+        takeover: this learner's takeovers (an earlier incarnation's units, released ones,
+            the dead's).
+        waiting: what to do when no unit is free.
+        idle: this learner's idle watch (it lists the learners at the start).
+        on_dry: called each time no unit is free (so a learner whose epochs flow opens
+            the next).
     """
 
     def __init__(
@@ -64,6 +81,10 @@ class ClaimLoop:
         scope: Scope,
         setup: Setup,
         buffer: HandoffBuffer[Any],
+        *,
+        takeover: Takeover,
+        waiting: Waiting,
+        idle: IdleWatch,
         on_dry: Callable[[], None] = lambda: None,
     ) -> None:
         self.scope = scope
@@ -71,10 +92,13 @@ class ClaimLoop:
         self.reporter = setup.reporter
         units, load = setup.units, setup.load
         self.items_of: Callable[[str], Iterable[Any]] = lambda ident: load(units[ident])
-        #: Called each time no unit is free (so a learner whose epochs flow opens the next).
         self.on_dry = on_dry
-        self.waiting = Waiting(scope, wait_for_others=setup.wait_for_others, hold=self.hold)
-        self.held_limit = buffer.capacity + 2
+        self.takeover = takeover
+        self.waiting = waiting
+        self.idle = idle
+        #: The most units held at once: the buffer's, one being loaded, one being recorded,
+        #: and those whose completions may wait for the gate.
+        self.held_limit = buffer.capacity + 2 + setup.gate.slack
 
     @property
     def others_unfinished(self) -> bool:
@@ -108,12 +132,13 @@ class ClaimLoop:
             self.buffer.put_control(Failed(CarriedError.of(exc), context))
 
     def start(self) -> None:
-        """One scan: skip done units, note own leftovers from an earlier incarnation."""
-        claims, stats = self.scope.claims, self.scope.stats
+        """The start of the epoch, in the loader thread: one scan of the claims and the
+        completions (done units are skipped), the learners with a lease (the walk starts
+        apart from theirs), and the units an earlier incarnation of this learner held (taken
+        back first)."""
+        claims, stats, policy = self.scope.claims, self.scope.stats, self.scope.policy
         scan = claims.scan()
-        stats.cost.listings += 2
-        stats.cost.listed_keys += len(scan.claimed) + len(scan.done)
-        ids = self.scope.policy.position
+        ids = policy.position
         done = sum(1 for ident in scan.done if ident in ids)
         stats.units_done_before += done  # summed over a flowing queue's epochs
         if done and done == len(ids):
@@ -125,7 +150,12 @@ class ClaimLoop:
                 redact(claims.mailbox.url),
                 done,
             )
-        self.waiting.begin(scan)
+        members = self.idle.learners()
+        policy.begin(scan.claimed, members)
+        if claims.cas and claims.incarnation > 1:
+            # An earlier incarnation of this learner may have left units and a marker.
+            self.idle.forget_predecessor()
+            self.takeover.note_own(scan)
 
     # -- choosing the next unit ---------------------------------------------------------------
 
@@ -137,17 +167,17 @@ class ClaimLoop:
             # loader and consumer could run far ahead of it, and a learner killed then
             # would leave many trained but unrecorded units to be trained again.
             return None
-        takeover = self.waiting.takeover
+        takeover = self.takeover
         held = takeover.next_own() or takeover.next_found()
         if held is not None:
-            return held
+            return self.hold(held)
         policy = scope.policy
         while not scope.closing.is_set():
             p = policy.next()
             if p is not None:
                 held = self.claim(p)
                 if held is not None:
-                    return held
+                    return self.hold(held)
                 continue
             # No unit is free: every unit is claimed.
             self.on_dry()
@@ -157,11 +187,11 @@ class ClaimLoop:
             elif found is Next.END:
                 return None
             elif isinstance(found, Held):
-                return found
+                return self.hold(found)
         return None
 
     def claim(self, p: int) -> Held | None:
-        """Claim the unit at position ``p``; after a lost claim, ``None``."""
+        """Claim the unit at position ``p`` (not yet held); after a lost claim, ``None``."""
         scope = self.scope
         policy = scope.policy
         identifier = policy.identifiers[p]
@@ -171,7 +201,7 @@ class ClaimLoop:
         if held is not None:
             scope.stats.claim_latency.add(time.perf_counter() - began)
             policy.won(p)
-            return self.hold(held, False)
+            return held
         scope.stats.conflicts_lost += 1
         _log.debug(
             "%r lost the claim of unit %r to another learner", scope.claims.learner_id, identifier
@@ -179,13 +209,13 @@ class ClaimLoop:
         policy.lost(p)
         return None
 
-    def hold(self, held: Held, reclaimed: bool) -> Held:
-        """Register a unit this learner now holds; report it."""
+    def hold(self, held: Held) -> Held:
+        """Register a unit this learner now holds, claimed or taken over; report it."""
         self.scope.holdings.add(held)
         self.scope.stats.units_claimed += 1
         if self.reporter is not None:
             self.reporter.unit_claimed(
-                held.identifier, reclaimed=reclaimed, epoch=self.scope.claims.layout.epoch
+                held.identifier, reclaimed=held.reclaimed, epoch=self.scope.claims.layout.epoch
             )
         return held
 

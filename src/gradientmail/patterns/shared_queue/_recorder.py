@@ -7,37 +7,24 @@ swap to ``done`` and the ``done/`` record) and only then drops it from the learn
 kept as :attr:`CompletionRecorder.error`, for the consumer to raise at its next item; a
 wake-up entry in the buffer makes sure a consumer blocked on an empty buffer sees it.
 
-A :class:`CompletionGate` holds each completion back until whoever consumes the items
-downstream says they can no longer be lost (torch's DataLoader, whose worker queues drop
-batches when the loop leaves early): the recorder writes a unit done only once the gate
-opens for it, and leaves it held, to be released, when the gate says it never will.
+The recorder writes a unit done only once the queue's
+:class:`~gradientmail.patterns.shared_queue._completion_gate.CompletionGate` opens for it
+(at once, by default), and leaves it held, to be released, when the gate says it never will.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 from gradientmail._errors import LeaseLostError
 from gradientmail.patterns._in_order import InOrderRecorder
 from gradientmail.patterns._workers import CarriedError
 from gradientmail.patterns.shared_queue._buffer_entries import Wake
+from gradientmail.patterns.shared_queue._completion_gate import CompletionGate
 from gradientmail.patterns.shared_queue._scope import Scope
 from gradientmail.patterns.shared_queue._unit_claims import Held
 
-__all__ = ["CompletionGate", "CompletionRecorder"]
-
-
-class CompletionGate(Protocol):
-    """When a unit whose items were all taken may be recorded done."""
-
-    def mark(self) -> int:
-        """Called in the consumer's thread when a unit's last item was taken: the mark
-        :meth:`wait` is given for that unit."""
-
-    def wait(self, mark: int) -> bool:
-        """Called in the recorder's thread: ``True`` once every item taken up to ``mark``
-        is safe downstream; ``False`` once it never will be (they were dropped)."""
+__all__ = ["CompletionRecorder"]
 
 
 class CompletionRecorder:
@@ -52,11 +39,13 @@ class CompletionRecorder:
         self,
         scope: Scope,
         *,
+        gate: CompletionGate,
         worker: str,
         wake: Callable[[Wake], object],
     ) -> None:
         self._scope = scope
         self._claims = scope.claims
+        self._gate = gate
         self._worker = worker
         self._wake = wake
         #: The first failure: a ``WorkerError`` (the store's error, or any other), or
@@ -64,16 +53,13 @@ class CompletionRecorder:
         self.error: BaseException | None = None
         name = f"gradientmail-completions-{self._claims.learner_id}"
         self._thread: InOrderRecorder[tuple[Held, int]] = InOrderRecorder(name, self._complete)
-        #: Holds completions back (see :class:`CompletionGate`); ``None``: none.
-        self.gate: CompletionGate | None = None
 
     def start(self) -> None:
         self._thread.start()
 
     def hand_over(self, held: Held) -> None:
         """Record ``held`` done (in the consumer's thread, once its last item was taken)."""
-        gate = self.gate
-        self._thread.hand_over((held, 0 if gate is None else gate.mark()))
+        self._thread.hand_over((held, self._gate.mark()))
 
     def flush(self) -> None:
         """Wait until every unit handed over is recorded, failed, or refused by the gate."""
@@ -85,8 +71,7 @@ class CompletionRecorder:
 
     def _complete(self, entry: tuple[Held, int]) -> None:
         held, mark = entry
-        gate = self.gate
-        if gate is not None and not gate.wait(mark):
+        if not self._gate.wait(mark):
             return  # its items were dropped downstream: it stays held, to be released
         recorded = self._record(held)
         if not recorded:

@@ -1,12 +1,24 @@
-"""A ``shared_queue`` learner's telemetry: what ``queue.stats`` counts."""
+"""A ``shared_queue`` learner's telemetry: what ``queue.stats`` counts.
+
+Its store requests are counted by one door, :class:`~gradientmail._counting.Counting`, which
+the learner's epochs send every request through (the takeovers' scans through a door of
+their own label, :data:`SCANS`); ``queue.stats.cost`` is a view of those counts
+(:meth:`QueueCost.of`), taken each time ``queue.stats`` is read.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gradientmail._counting import CALLS, KEYS, RequestCounts
 from gradientmail.patterns._stats import Latencies, Stats
 
-__all__ = ["QueueCost", "QueueStats"]
+__all__ = ["SCANS", "QueueCost", "QueueStats"]
+
+#: The label a learner's takeovers count their requests under.
+SCANS = "scans"
+#: The groups of claims (``units/``) and completions (``done/``).
+_CLAIMS = ("units", "done")
 
 
 @dataclass
@@ -20,12 +32,26 @@ class QueueCost(Stats):
     #: scans (a listing of claims and one of completions, and a read of each open claim)
     #: taken while waiting, to take over the units of a learner that died or left.
     wait_scans: int = 0
-    #: polls while waiting: a listing of the leases and of the idle markers each.
+    #: polls while waiting: a listing of the idle markers each (and of the leases, once per
+    #: renewal period).
     idle_polls: int = 0
-    #: keys read by all those listings.
+    #: keys read by all the listings of claims and completions.
     listed_keys: int = 0
-    #: lease writes (acquiring and renewing), counted when the queue closes.
+    #: lease writes that succeeded (acquiring and renewing).
     lease_renewals: int = 0
+
+    @classmethod
+    def of(cls, counts: RequestCounts, lease_renewals: int = 0) -> QueueCost:
+        """The view of a learner's counted requests (its lease's renewals are the lease's)."""
+        listings = scans = keys = 0
+        for group in _CLAIMS:
+            calls = counts.measured(CALLS, operation="list", group=group)
+            scanned = counts.measured(CALLS, operation="list", group=group, label=SCANS)
+            listings += calls - scanned
+            scans += scanned if group == "units" else 0
+            keys += counts.measured(KEYS, operation="list", group=group)
+        polls = counts.measured(CALLS, operation="list", group="idle")
+        return cls(listings, scans, polls, keys, lease_renewals)
 
 
 @dataclass

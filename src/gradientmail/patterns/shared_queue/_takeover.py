@@ -7,22 +7,26 @@ released, when it belongs to an earlier incarnation of this learner, or when its
 lease was unchanged for a whole duration and this learner declared the owner lost
 (exactly one observer does). A claim swapped to ``done`` whose owner died before writing
 the ``done/`` record is finished here instead of trained again.
+
+A unit taken is returned, never held here: the loader holds every unit it is handed. The
+takeovers tell their siblings what they do: the idle watch that this learner is busy
+again before it takes a unit, and the pacing that the claims changed under them.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
-from typing import NamedTuple
 
 from gradientmail.mailbox import Version
 from gradientmail.patterns._claims import ClaimRecord
 from gradientmail.patterns._leases import LeaseWatcher
+from gradientmail.patterns.shared_queue._idle_markers import IdleWatch
+from gradientmail.patterns.shared_queue._pacing import Pacing
 from gradientmail.patterns.shared_queue._scope import Scope
 from gradientmail.patterns.shared_queue._unit_claims import DONE, RELEASED, Held, Scan, UnitClaims
 
-__all__ = ["Hooks", "Next", "Takeover"]
+__all__ = ["Next", "Takeover"]
 
 #: Released units taken at INFO; units taken over from a learner declared dead at WARNING.
 _log = logging.getLogger(__name__)
@@ -39,25 +43,32 @@ class Next(enum.Enum):
     END = "end"
 
 
-class Hooks(NamedTuple):
-    """What a takeover tells the rest of the loader."""
-
-    #: Before taking a unit: this learner is no longer idle.
-    busy: Callable[[], None]
-    #: A claim or the completions changed under it: look again soon.
-    changed: Callable[[], None]
-    #: Register a unit taken (``reclaimed=True``); returns it.
-    hold: Callable[[Held, bool], Held]
-
-
 class Takeover:
-    """One learner's takeovers of units claimed by others or by its earlier incarnation."""
+    """One learner's takeovers of units claimed by others or by its earlier incarnation.
 
-    def __init__(self, scope: Scope, watcher: LeaseWatcher, hooks: Hooks) -> None:
+    Args:
+        scope: what the epoch's threads share.
+        claims: the epoch's claims, through a door that counts the takeovers' requests
+            under their own label (``queue.stats.cost.wait_scans``).
+        watcher: the learner's lease watcher, shared with its idle watch (so a holder
+            watched there can be declared lost here).
+        idle: this learner's idle marker, removed before it takes a unit.
+        pacing: told when a claim or the completions changed: look again soon.
+    """
+
+    def __init__(
+        self,
+        scope: Scope,
+        claims: UnitClaims,
+        watcher: LeaseWatcher,
+        idle: IdleWatch,
+        pacing: Pacing,
+    ) -> None:
         self.scope = scope
-        self.claims = scope.claims
+        self.claims = claims
         self.watcher = watcher
-        self.on = hooks
+        self.idle = idle
+        self.pacing = pacing
         self.done_seen = -1
         #: owner -> units it held unfinished, as the last scan for takeovers found them.
         self.holders: dict[str, list[str]] = {}
@@ -88,7 +99,7 @@ class Takeover:
             ident, record, version = self.own.pop(0)
             held = self.claims.take_over(ident, record, version)
             if held is not None:
-                return self.on.hold(held, True)
+                return held
         return None
 
     def reclaim(self) -> Held | Next:
@@ -99,11 +110,9 @@ class Takeover:
         """
         self.scope.lease.ensure_fresh()  # taking over is an owner's act: never while fenced
         scan = self.claims.scan()
-        self.scope.stats.cost.wait_scans += 1
-        self.scope.stats.cost.listed_keys += len(scan.claimed) + len(scan.done)
         if len(scan.done) != self.done_seen:
             self.done_seen = len(scan.done)
-            self.on.changed()
+            self.pacing.changed()
         ids = self.scope.policy.position
         if any(ident not in scan.claimed for ident in ids):
             self.scope.policy.rebuild(scan.claimed)
@@ -127,7 +136,7 @@ class Takeover:
                     # It died between swapping the claim to done and writing the record.
                     self.claims.finish_done_claim(ident)
                     del self.known[ident]
-                    self.on.changed()  # a completion more: the epoch may be over now
+                    self.pacing.changed()  # a completion more: the epoch may be over now
                     continue
                 self.found.append(ident)
         held = self.next_found()
@@ -145,7 +154,7 @@ class Takeover:
                 # Our earlier incarnation died between the claim's swap and the record.
                 self.claims.finish_done_claim(ident)
                 del self.known[ident]
-                self.on.changed()  # a completion more: the epoch may be over now
+                self.pacing.changed()  # a completion more: the epoch may be over now
             elif state == RELEASED or self.is_earlier_self(record):
                 self.found.append(ident)
             else:
@@ -168,10 +177,10 @@ class Takeover:
     def take_over(self, ident: str) -> Held | None:
         """Take over a remembered open claim; on a lost swap, forget it and look soon."""
         record, version = self.known.pop(ident)
-        self.on.busy()  # busy again before the unit is ours
+        self.idle.unmark()  # busy again before the unit is ours
         held = self.claims.take_over(ident, record, version)
         if held is None:
-            self.on.changed()  # it changed (released, or taken): read it again soon
+            self.pacing.changed()  # it changed (released, or taken): read it again soon
             return None
         self.scope.stats.units_reclaimed += 1
         me = self.claims.learner_id
@@ -185,7 +194,7 @@ class Takeover:
                 ident,
                 record.owner,
             )
-        return self.on.hold(held, True)
+        return held
 
     def is_earlier_self(self, record: ClaimRecord) -> bool:
         incarnation = record.extra.get("incarnation")

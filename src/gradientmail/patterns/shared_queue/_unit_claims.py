@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradientmail._errors import ForeignRecordError, KeyNotFoundError
+from gradientmail._record_codec import encode_record
 from gradientmail.backends._options import redact
 from gradientmail.mailbox import Capability, Mailbox, Version
 from gradientmail.patterns._claims import (
     ClaimRecord,
     claim_versioned,
     create_settled,
-    encode_record,
     parse_claim,
     previous_owners,
     swap_claim,

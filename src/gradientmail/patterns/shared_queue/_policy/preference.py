@@ -10,7 +10,6 @@ A learner tries free units in this order (see :mod:`gradientmail.patterns.shared
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from gradientmail._errors import ConfigurationError
 from gradientmail._keys import validate_segments
 
-__all__ = ["check_epochs", "preference_order"]
+__all__ = ["preference_order"]
 
 
 def preference_order(
@@ -64,24 +63,3 @@ def preference_order(
         preferred.append(ident)
     preferred.extend(ident for ident in identifiers if ident not in seen)
     return preferred
-
-
-def check_epochs(epochs: object, epoch: object) -> list[int]:
-    """``epochs`` as a list, or ``ConfigurationError`` naming what is wrong with it."""
-    if epoch != 0:
-        raise ConfigurationError(
-            f"give epoch= or epochs=, not both (epoch={epoch!r}, epochs={epochs!r}); "
-            "epochs=range(k, n) starts at epoch k"
-        )
-    if isinstance(epochs, (str, bytes)) or not isinstance(epochs, Iterable):
-        raise ConfigurationError(
-            f"epochs must be an iterable of ints >= 0 such as range(10), not {epochs!r}"
-        )
-    passes = list(epochs)
-    if not passes or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in passes):
-        raise ConfigurationError(
-            f"epochs must be a non-empty iterable of ints >= 0 such as range(10), not {epochs!r}"
-        )
-    if any(later <= earlier for earlier, later in itertools.pairwise(passes)):
-        raise ConfigurationError(f"epochs must increase, each once: {passes!r}")
-    return passes
