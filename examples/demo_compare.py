@@ -89,11 +89,6 @@ def loss_at(curve: Curve, seconds: float) -> float:
     return [loss for t, loss in curve if t <= seconds][-1]
 
 
-def time_to(curve: Curve, target: float) -> float | None:
-    """The first time a (seconds, loss) curve reaches ``target``, or None."""
-    return next((t for t, loss in curve if loss <= target), None)
-
-
 def sample_shared(
     box: Any,
     model: nn.Module,
