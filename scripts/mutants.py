@@ -168,7 +168,9 @@ MUTANTS: tuple[Mutant, ...] = (
                 "Counting(setup.mailbox, setup.tally)",
             ),
         ),
-        ("tests/patterns/shared_queue/test_waiting.py",),
+        (
+            "tests/patterns/shared_queue/test_lifecycle.py::test_leaving_early_releases_units_to_the_others_at_once",
+        ),
         "a takeover's scans are counted as claiming listings: queue.stats.cost.wait_scans "
         "stays 0 while a waiting learner scans the claims",
     ),

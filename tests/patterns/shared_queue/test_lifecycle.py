@@ -349,6 +349,9 @@ def test_leaving_early_releases_units_to_the_others_at_once(box: Mailbox, tmp_pa
     assert not errors, errors
     (stats,) = stays_stats
     assert stats.units_reclaimed >= 1
+    # Finding the released units is a takeover's scan of the claims, counted apart from the
+    # listings that claim free units (queue.stats.cost.wait_scans).
+    assert stats.cost.wait_scans >= 1, "the takeover's scan was not counted as one"
     every = {(u, k) for u in range(12) for k in range(ITEMS_PER_UNIT)}
     assert set(got["stays"]) | set(got["early"]) == every
     status = read_status(box)
