@@ -27,7 +27,8 @@ def test_pace_is_seconds_per_sample_between_steps() -> None:
     assert pace.seconds_per_sample == pytest.approx(0.004)
     clock.advance(0.016)  # a batch of 8 at twice the speed
     pace.stepped(8)
-    assert 0.002 < pace.seconds_per_sample < 0.004
+    # An average of 0.2 of the newest interval: 0.8 x 0.004 + 0.2 x 0.002.
+    assert pace.seconds_per_sample == pytest.approx(0.0036)
 
 
 def test_a_slowdown_shows_within_ten_steps_and_a_pause_does_not_swamp_it() -> None:
@@ -36,7 +37,8 @@ def test_a_slowdown_shows_within_ten_steps_and_a_pause_does_not_swamp_it() -> No
     assert pace.seconds_per_sample == pytest.approx(0.004)
     clock.advance(30.0)  # an evaluation, a checkpoint: one long interval
     pace.stepped(16)
-    assert pace.seconds_per_sample < 0.004 * 2, "one pause counts as a few slow steps at most"
+    # One pause counts as one step 4x as slow (the cap): 0.8 x 0.004 + 0.2 x 0.016.
+    assert pace.seconds_per_sample == pytest.approx(0.0064), "a pause swamped the pace"
     pace = paced(clock, 0.004, 16, 20)
     for _ in range(10):
         clock.advance(0.012 * 16)
