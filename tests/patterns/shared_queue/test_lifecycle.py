@@ -60,6 +60,18 @@ def start(
     return proc
 
 
+def held_by(box: Mailbox, owner: str) -> set[str]:
+    """The units whose claim ``owner`` holds and that have no completion record yet."""
+    held = set()
+    finished = set(done_units(box))
+    for key in box.list("units/"):
+        unit = key[len("units/") :]
+        record = parse_claim(box.get(key)) if unit not in finished else None
+        if record is not None and record.owner == owner and record.extra["state"] == "claimed":
+            held.add(unit)
+    return held
+
+
 def pid_of(proc: BaseProcess) -> int:
     """The pid of a started process."""
     assert proc.pid is not None, "the process was started"
@@ -197,13 +209,7 @@ def test_a_restarted_learner_takes_back_its_own_units_first(
     os.kill(pid_of(other), signal.SIGSTOP)
     os.kill(pid_of(victim), signal.SIGKILL)
     victim.join(timeout=30)
-    held = set()
-    finished = set(done_units(box))
-    for key in box.list("units/"):
-        unit = key[len("units/") :]
-        record = parse_claim(box.get(key)) if unit not in finished else None
-        if record is not None and record.owner == "victim" and record.extra["state"] == "claimed":
-            held.add(unit)
+    held = held_by(box, "victim")
     assert held, "the victim held units when it died"
     restarted = start(box, "victim", count, second, lease=10, item_s=0.02)
     try:
@@ -231,9 +237,13 @@ def test_a_paused_learner_is_fenced_and_never_completes_a_lost_unit(
 ) -> None:
     rig: Rig = request.getfixturevalue(rig_name)
     box, count = rig.fresh(), 16
-    paused = start(box, "paused", count, tmp_path, lease=1.0, item_s=0.02)
+    # Slow items (16 units take it 8 s alone) keep it holding units when it is paused: at
+    # 0.02 s an item it finished all 16 in 0.7 s, and on a loaded machine the pause could
+    # come after that, leaving nothing to take over.
+    paused = start(box, "paused", count, tmp_path, lease=1.0, item_s=0.25)
     wait_until(lambda: delivered(tmp_path, "paused") >= 1, 120, "the learner to start")
     pause_outside_locks(pid_of(paused))
+    assert held_by(box, "paused"), "paused while it held a claimed unit"
     others = [start(box, n, count, tmp_path, lease=1.0, item_s=0.02) for n in ("x", "y")]
     wait_until(lambda: any(True for _ in box.list("reclaimed/")), 120, "a takeover")
     resumed_at = time.time()
