@@ -2,8 +2,10 @@
 
 A pattern's figures of what it costs in store requests (``queue.stats.cost``), a test's
 counts of what a run would be billed (:class:`~gradientmail.testing.LatencyMailbox`), and
-any other tally by key group are views of what one wrapper counted, at the one place
-where requests leave for the store. Each request is counted before it is sent, whatever
+any other tally by key group are views of what one wrapper counted, under the requests it
+counts (a queue's claims, completions, scans and idle polls, an exchange's reads and
+writes; a queue's lease and manifest check, and a session's publishing, are not counted
+here: the lease counts its own renewals). Each request is counted before it is sent, whatever
 its outcome (a missing key is still a request): one per call, and one per page of
 ``page_size`` keys of a listing, as S3, GCS and Azure bill them, a page counted only once
 a key of it is asked for (an empty listing is one page). Beside the requests it counts
@@ -33,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from gradientmail._errors import ConfigurationError
-from gradientmail._forwarding import Forwarding, takes_start_after
+from gradientmail._forwarding import Forwarding, list_after, takes_start_after
 from gradientmail.mailbox import BytesLike, Capability, Mailbox, Version
 
 __all__ = [
@@ -152,16 +154,17 @@ class RequestTally:
             self._counts[measure, label, operation, group] += n
 
     def counts(self) -> RequestCounts:
-        """A snapshot of what was counted so far."""
+        """A snapshot of what was counted so far (built outside the lock: the doors' next
+        requests do not wait for it)."""
         with self._lock:
-            return RequestCounts(self._counts)
+            counted = self._counts.copy()
+        return RequestCounts(counted)
 
     def reset(self) -> RequestCounts:
         """Return what was counted so far and start counting from zero."""
         with self._lock:
-            snapshot = RequestCounts(self._counts)
-            self._counts = Counter()
-        return snapshot
+            counted, self._counts = self._counts, Counter()
+        return RequestCounts(counted)
 
 
 class Counting(Forwarding):
@@ -281,14 +284,7 @@ class Counting(Forwarding):
         passed on when given; pages are counted from there, as a store that declares
         ``Capability.LIST_START_AFTER`` bills them.
         """
-        inner = self.inner
-        if start_after is None:
-            keys = inner.list(prefix)  # the prefix is checked here, before any request
-        elif self._start_after:
-            keys = inner.list(prefix, start_after=start_after)  # type: ignore[call-arg]
-        else:  # an inner list that predates start_after: the keys before it are skipped here
-            listed = inner.list(prefix)
-            keys = (key for key in listed if key > start_after)
+        keys = list_after(self.inner, prefix, start_after, self._start_after)
         return self._paged(prefix, keys)
 
     def _paged(self, prefix: str, keys: Iterator[str]) -> Iterator[str]:

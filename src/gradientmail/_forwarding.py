@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 
 from gradientmail.mailbox import Capability, Mailbox
 
-__all__ = ["Forwarding", "takes_start_after"]
+__all__ = ["Forwarding", "list_after", "takes_start_after"]
 
 
 def takes_start_after(mailbox: Mailbox) -> bool:
@@ -19,6 +20,17 @@ def takes_start_after(mailbox: Mailbox) -> bool:
     return "start_after" in parameters or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
     )
+
+
+def list_after(mailbox: Mailbox, prefix: str, after: str | None, takes: bool) -> Iterator[str]:
+    """``mailbox.list(prefix)`` from the first key past ``after`` (``None``: from the start);
+    ``takes`` is :func:`takes_start_after` of ``mailbox``: when false, the keys up to
+    ``after`` are listed and skipped here."""
+    if after is None:
+        return mailbox.list(prefix)  # the prefix is checked here, before any request
+    if takes:
+        return mailbox.list(prefix, start_after=after)  # type: ignore[call-arg]
+    return (key for key in mailbox.list(prefix) if key > after)
 
 
 class Forwarding:

@@ -14,7 +14,7 @@ import os
 import pickle
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from multiprocessing import RawValue
 from multiprocessing import context as _mp_context
@@ -81,7 +81,7 @@ class SharedQueueDataset(IterableDataset[T]):
         load: Callable[[Any], Iterable[T]],
         learner_id: str | None = None,
         prefetch: int = 8,
-        order: Sequence[str] | None = None,
+        order: Iterable[str] | None = None,
         shuffle: int | None = None,
         lease: float = DEFAULT_LEASE,
         publish_every: float = 5.0,

@@ -22,7 +22,6 @@ precondition failure are answers, not outages.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
@@ -30,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from gradientmail._errors import TransientBackendError
-from gradientmail._forwarding import Forwarding
+from gradientmail._forwarding import Forwarding, list_after, takes_start_after
 from gradientmail.mailbox import BytesLike, Mailbox, Version
 
 __all__ = ["DEFAULT_PATIENCE_S", "Patient"]
@@ -65,11 +64,7 @@ class Patient(Forwarding):
         self.patience = patience
         self._stop = stop
         self._what = what
-        try:
-            parameters = inspect.signature(inner.list).parameters
-        except (TypeError, ValueError):
-            parameters = {}  # type: ignore[assignment]
-        self._start_after = "start_after" in parameters
+        self._start_after = takes_start_after(inner)
 
     # -- calls, retried -------------------------------------------------------------------------
 
@@ -110,11 +105,7 @@ class Patient(Forwarding):
                 began = self._wait(prefix, exc, began)
 
     def _listing(self, prefix: str, after: str | None) -> Iterator[str]:
-        if after is None:
-            return self.inner.list(prefix)
-        if self._start_after:
-            return self.inner.list(prefix, start_after=after)  # type: ignore[call-arg]
-        return (key for key in self.inner.list(prefix) if key > after)
+        return list_after(self.inner, prefix, after, self._start_after)
 
     # -- the waiting ----------------------------------------------------------------------------
 

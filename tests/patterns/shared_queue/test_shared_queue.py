@@ -618,6 +618,14 @@ def test_order_is_a_preference_and_omitted_identifiers_follow_in_mapping_order(
         assert list(q) == ["d", "b", "a", "c"]
 
 
+def test_an_order_given_as_a_generator_is_followed(box: Mailbox) -> None:
+    """A one-shot iterable is read once: the check of the order does not use it up."""
+    units = {name: name for name in ["a", "b", "c", "d"]}
+    order = (name for name in ["d", "b"])
+    with shared_queue(units, mailbox=box, learner_id="l", load=lambda u: [u], order=order) as q:
+        assert list(q) == ["d", "b", "a", "c"]
+
+
 def test_each_learner_claims_its_preferred_lane_first(race_box: Mailbox) -> None:
     lanes = 4
     units = {f"lane{lane}-{i:02d}": (lane, i) for lane in range(lanes) for i in range(6)}

@@ -82,7 +82,7 @@ wait for data, to a :class:`~gradientmail.session.Session` (``session=``, or the
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -124,7 +124,7 @@ def shared_queue(
     learner_id: str,
     load: Callable[[U], Iterable[T]],
     prefetch: int = 8,
-    order: Sequence[str] | None = None,
+    order: Iterable[str] | None = None,
     session: ProgressReporter | None = None,
     epoch: int = 0,
     epochs: Iterable[int] | None = None,

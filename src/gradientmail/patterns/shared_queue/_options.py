@@ -3,14 +3,15 @@
 ``shared_queue()`` and the DataLoader adapter (``SharedQueueDataset``, which opens one queue
 per worker and epoch) both build their options here, so every argument is checked in one
 place, with one message naming the problem and the fix. What differs per queue opened (the
-mailbox handle, the learner id, the epoch, the session) is checked when it is opened.
+mailbox handle, the learner id, the session) is checked by its opener; the epoch by
+:func:`check_epoch`, here and in ``SharedQueueDataset.set_epoch``.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gradientmail._errors import ConfigurationError
@@ -37,18 +38,26 @@ class QueueOptions:
     #: Several epochs in one iteration (they flow), or ``None``: the one epoch given when
     #: a queue opens.
     epochs: tuple[int, ...] | None
+    #: Epoch 0's preference order, worked out (and so checked) once by :func:`queue_options`.
+    first_order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def passes(self, epoch: int) -> list[tuple[int, list[str]]]:
         """Each epoch a queue opened at ``epoch`` runs, with its preference order."""
         passes = [epoch] if self.epochs is None else list(self.epochs)
-        return [(k, preference_order(self.units, self.order, self.shuffle, k)) for k in passes]
+        return [(k, self._order(k)) for k in passes]
+
+    def _order(self, epoch: int) -> list[str]:
+        """The preference order of ``epoch``: drawn again per epoch only under ``shuffle``."""
+        if self.first_order and (epoch == 0 or self.shuffle is None):
+            return list(self.first_order)
+        return preference_order(self.units, self.order, self.shuffle, epoch)
 
 
 def queue_options(
     units: object,
     load: object,
     prefetch: object,
-    order: Sequence[str] | None,
+    order: Iterable[str] | None,
     shuffle: object,
     lease: object,
     wait_for_others: object,
@@ -75,7 +84,9 @@ def queue_options(
     passes = None if epochs is None else tuple(_check_epochs(epochs, epoch))
     if not isinstance(wait_for_others, bool):
         raise ConfigurationError(f"wait_for_others must be True or False, not {wait_for_others!r}")
-    options = QueueOptions(
+    if order is not None and not isinstance(order, str) and isinstance(order, Iterable):
+        order = tuple(order)  # read once: a generator given as order keeps its preference
+    return QueueOptions(
         units=units,
         load=load,
         prefetch=positive(prefetch, "prefetch", integer=True),
@@ -84,9 +95,9 @@ def queue_options(
         lease=lease_seconds(lease),
         wait_for_others=wait_for_others,
         epochs=passes,
+        # every identifier, and the order, checked now
+        first_order=tuple(preference_order(units, order, shuffle, 0)),
     )
-    preference_order(units, order, shuffle, 0)  # every identifier, and the order, checked now
-    return options
 
 
 def check_epoch(epoch: object) -> int:

@@ -32,8 +32,8 @@ class QueueCost(Stats):
     #: scans (a listing of claims and one of completions, and a read of each open claim)
     #: taken while waiting, to take over the units of a learner that died or left.
     wait_scans: int = 0
-    #: polls while waiting: a listing of the idle markers each (and of the leases, once per
-    #: renewal period).
+    #: listings of the idle markers while waiting (a poll that lists them again to confirm
+    #: what it saw counts two).
     idle_polls: int = 0
     #: keys read by all the listings of claims and completions.
     listed_keys: int = 0

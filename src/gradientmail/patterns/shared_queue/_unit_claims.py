@@ -71,7 +71,6 @@ class Scan:
 
     claimed: set[str]
     done: set[str]
-    pages: int
 
     @property
     def open(self) -> set[str]:
@@ -210,8 +209,7 @@ class UnitClaims:
         units, done = self.layout.units, self.layout.done
         claimed = {key[len(units) :] for key in self.mailbox.list(units)}
         finished = {key[len(done) :] for key in self.mailbox.list(done)}
-        pages = 2 + (len(claimed) + len(finished)) // 1000
-        return Scan(claimed, finished, pages)
+        return Scan(claimed, finished)
 
     @staticmethod
     def state(record: ClaimRecord) -> str:

@@ -11,7 +11,7 @@ A learner tries free units in this order (see :mod:`gradientmail.patterns.shared
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gradientmail._errors import ConfigurationError
@@ -21,7 +21,7 @@ __all__ = ["preference_order"]
 
 
 def preference_order(
-    units: Mapping[str, Any], order: Sequence[str] | None, shuffle: int | None, epoch: int
+    units: Mapping[str, Any], order: Iterable[str] | None, shuffle: int | None, epoch: int
 ) -> list[str]:
     """Every identifier of ``units`` once, in the order this learner tries them.
 
