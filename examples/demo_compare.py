@@ -62,9 +62,12 @@ class Peers:
         self.build, self.sequences, self.loss_of = build, sequences, loss_of
         self.lr_at, self.evaluate, self.base_seconds = lr_at, evaluate, base_seconds
 
-    def train(self, batch: int, reference: int, step_seconds: float, until: float) -> Curve:
+    def train(
+        self, batch: int, reference: int, step_seconds: float, until: float, lr_scale: float = 1.0
+    ) -> Curve:
         """One model, ``batch`` sequences a step, each step ``step_seconds`` (or its real
-        compute, when longer), until ``until`` seconds or the data runs out."""
+        compute, when longer), at ``lr_scale`` times the schedule's lr, until ``until``
+        seconds or the data runs out."""
         torch.manual_seed(0)
         model = self.build()
         optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
@@ -73,7 +76,7 @@ class Peers:
         while clock < until and taken < len(self.sequences):
             began = time.perf_counter()
             for group in optimizer.param_groups:
-                group["lr"] = self.lr_at(taken // reference)
+                group["lr"] = self.lr_at(taken // reference) * lr_scale
             tokens = torch.stack(self.sequences[taken : taken + batch])
             taken += len(tokens)
             optimizer.zero_grad()
@@ -156,7 +159,8 @@ def compare(
     sizes = [max(1, round(batch * fastest / s)) for s in slowdowns]
     step = peers.base_seconds * max(s * b / batch for s, b in zip(slowdowns, sizes, strict=True))
     alone = peers.train(batch, batch, peers.base_seconds * fastest, makespan)
-    lockstep = peers.train(sum(sizes), batch, step, makespan)
+    # lockstep's lr is raised for its batch by the rule the shared model's learners use
+    lockstep = peers.train(sum(sizes), batch, step, makespan, (sum(sizes) / batch) ** 0.5)
     exchanges = sum(r["exchanges"] for r in reports)
     staleness = sum(r["staleness"] * r["exchanges"] for r in reports) / max(1, exchanges)
     blocked = sum(r["blocked"] for r in reports) / max(1e-9, sum(r["busy"] for r in reports))
@@ -167,7 +171,10 @@ def compare(
         f"{best:.3f} at {best_t:.1f}s); {exchanges} exchanges, mean staleness "
         f"{staleness:.1f} versions, step() blocked {blocked:.2%} of the learners' time"
     )
-    print(f"at the same wall time ({makespan:.1f}s), on the same sequences and lr schedule:")
+    print(
+        f"at the same wall time ({makespan:.1f}s), on the same sequences and lr schedule "
+        "(x sqrt(batch / 16) for the batches of 36):"
+    )
     print(
         f"  the fastest learner alone ({batch} a step):       held-out loss "
         f"{loss_at(alone, makespan):.3f}"

@@ -32,7 +32,8 @@ Each learner's loop is the one a real run uses::
                          order=my_lane_first) as batches:
         sequences = ((step, seq) for step, tokens in batches for seq in tokens)
         while chunk := list(itertools.islice(sequences, exchange.batch_size)):
-            set_lr(optimizer, schedule(chunk[0][0]))
+            # the lr of a step on the group's batch (AdamW's square-root rule)
+            set_lr(optimizer, schedule(chunk[0][0]) * (exchange.group_batch / 16) ** 0.5)
             ...train on torch.stack([seq for _, seq in chunk])...
             optimizer.step()  # counted by the exchange
             session.step(samples=len(chunk))
@@ -178,8 +179,11 @@ def learner(
             itertools.islice(sequences, exchange.batch_size if exchange else BATCH)
         ):
             began = time.perf_counter()
+            # The shared model steps on the group's batch (16+8+8+4 a step time once every
+            # pace is known): its lr is raised as for that batch, AdamW's square-root rule.
+            scale = math.sqrt(exchange.group_batch / BATCH) if exchange else 1.0
             for group in optimizer.param_groups:
-                group["lr"] = schedule(chunk[0][0], total_steps)
+                group["lr"] = schedule(chunk[0][0], total_steps) * scale
             batch_loss = token_loss(model, torch.stack([seq for _, seq in chunk]))
             optimizer.zero_grad()
             batch_loss.backward()

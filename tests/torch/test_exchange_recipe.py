@@ -87,6 +87,17 @@ def settle_paces(group: list[Paced]) -> None:
     assert {x.name: x.exchange.batch_size for x in group} == BATCHES
 
 
+def test_the_group_batch_is_the_learners_batches_together_and_the_own_batch_alone() -> None:
+    """What the docs scale the learning rate by: alone, its own batch; with everyone's
+    pace known, the items the group trains on per step time (4 + 2 + 1 + 1)."""
+    box = from_url("memory://recipe-group-batch")
+    with ExitStack() as stack:
+        group = learners(box, stack)
+        assert group[0].exchange.group_batch == 4, "alone (nobody's pace read yet)"
+        settle_paces(group)
+        assert {x.name: x.exchange.group_batch for x in group} == dict.fromkeys(PACES, 8)
+
+
 @pytest.mark.parametrize("rig_name", ["rig_memory", "rig_file"])
 def test_deltas_weighted_by_samples_are_each_applied_exactly_once(
     request: pytest.FixtureRequest, rig_name: str
@@ -217,3 +228,8 @@ def test_batch_size_without_batch_size_given_names_the_option() -> None:
         pytest.raises(ConfigurationError, match=r"batch_size=\.\.\."),
     ):
         _ = exchange.batch_size
+    with (
+        Exchange(integer_model(), mailbox=box, learner_id="b") as exchange,
+        pytest.raises(ConfigurationError, match=r"batch_size=\.\.\."),
+    ):
+        _ = exchange.group_batch

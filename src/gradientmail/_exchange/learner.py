@@ -184,12 +184,28 @@ class Exchange:
         Raises:
             ConfigurationError: the Exchange was made without ``batch_size=``.
         """
+        self._need_batch_size()
+        return self._work.batch
+
+    @property
+    def group_batch(self) -> float:
+        """Items the whole group trains on per step time (the active learners' batches
+        together; ``batch_size`` alone), as of the version last adopted. The shared model
+        takes about one step on this many items per step time: set the learning rate as
+        for that batch (AdamW: ``lr * (exchange.group_batch / batch_size) ** 0.5``, tuned).
+
+        Raises:
+            ConfigurationError: the Exchange was made without ``batch_size=``.
+        """
+        self._need_batch_size()
+        return self._work.group_batch()
+
+    def _need_batch_size(self) -> None:
         if self._work.batch_size is None:
             raise ConfigurationError(
                 "Exchange(batch_size=...) was not given: pass the batch your fastest learner "
                 "takes, and each learner's exchange.batch_size follows its speed"
             )
-        return self._work.batch
 
     @property
     def stats(self) -> ExchangeStats:

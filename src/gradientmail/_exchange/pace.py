@@ -192,6 +192,11 @@ class Work:
                 self.batch_size
             )
 
+    def group_batch(self) -> float:
+        """Items the group trains on per step time, from the paces last read (see
+        :meth:`GroupPace.group_batch`): this learner's batch while it is alone."""
+        return GroupPace(self.others, self.learner, self.mine()).group_batch()
+
     def mine(self) -> LearnerPace:
         """This learner's pace as its ledger entry publishes it."""
         return LearnerPace(self.batch, self.pace.seconds_per_sample, self.every)
