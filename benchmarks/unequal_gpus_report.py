@@ -162,7 +162,8 @@ def _row(
             t_alone = time_to(alone["curve"], t)
             row[f"x{t}"] = row[f"t{t}"] / t_alone
             row[f"eff{t}"] = (t_alone / row[f"t{t}"]) / speeds_sum(paces)
-            row[f"at{t}"] = loss_at(curve, t_alone) if t_alone <= result["wall"] else -t
+            # NaN: this run had ended (its budget trained) before the alone's time
+            row[f"at{t}"] = loss_at(curve, t_alone) if t_alone <= result["wall"] else math.nan
     stats = [r["stats"] for r in result["reports"] if isinstance(r, dict) and "stats" in r]
     if stats:
         exchanges = max(1, sum(s.exchanges for s in stats))
@@ -221,7 +222,7 @@ def print_summary(results: dict[str, dict[str, list[dict[str, Any]]]], args: Any
                 for t in args.targets
             )
             eff = "/".join(_fmt(_mean(rs, f"eff{t}"), ".0%") for t in args.targets)
-            at = "/".join(_at(_mean(rs, f"at{t}")) for t in args.targets)
+            at = "/".join(_at([r[f"at{t}"] for r in rs]) for t in args.targets)
             print(f"  {method:<9}{cells}  {eff:<10}  {at}")
             if "blocked" in rs[0]:
                 worst = max(r["stale_max"] for r in rs)
@@ -251,8 +252,14 @@ def _churn(churned: list[dict[str, Any]], static: list[dict[str, Any]]) -> None:
         )
 
 
-def _at(x: float) -> str:
-    return "done" if x < 0 else _fmt(x, ".3f")
+def _at(losses: list[float]) -> str:
+    """The mean loss at the alone's time over the seeds whose run was still going then;
+    ``done`` for the seeds whose run had ended (never averaged in)."""
+    going = [x for x in losses if not math.isnan(x)]
+    if not going:
+        return "done"
+    mean = _fmt(statistics.fmean(going), ".3f")
+    return mean if len(going) == len(losses) else f"{mean} ({len(losses) - len(going)} done)"
 
 
 def _mean(rows: list[dict[str, float]], key: str) -> float:
