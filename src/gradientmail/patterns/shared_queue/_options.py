@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gradientmail._errors import ConfigurationError
@@ -38,19 +38,11 @@ class QueueOptions:
     #: Several epochs in one iteration (they flow), or ``None``: the one epoch given when
     #: a queue opens.
     epochs: tuple[int, ...] | None
-    #: Epoch 0's preference order, worked out (and so checked) once by :func:`queue_options`.
-    first_order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def passes(self, epoch: int) -> list[tuple[int, list[str]]]:
         """Each epoch a queue opened at ``epoch`` runs, with its preference order."""
         passes = [epoch] if self.epochs is None else list(self.epochs)
-        return [(k, self._order(k)) for k in passes]
-
-    def _order(self, epoch: int) -> list[str]:
-        """The preference order of ``epoch``: drawn again per epoch only under ``shuffle``."""
-        if self.first_order and (epoch == 0 or self.shuffle is None):
-            return list(self.first_order)
-        return preference_order(self.units, self.order, self.shuffle, epoch)
+        return [(k, preference_order(self.units, self.order, self.shuffle, k)) for k in passes]
 
 
 def queue_options(
@@ -86,7 +78,7 @@ def queue_options(
         raise ConfigurationError(f"wait_for_others must be True or False, not {wait_for_others!r}")
     if order is not None and not isinstance(order, str) and isinstance(order, Iterable):
         order = tuple(order)  # read once: a generator given as order keeps its preference
-    return QueueOptions(
+    options = QueueOptions(
         units=units,
         load=load,
         prefetch=positive(prefetch, "prefetch", integer=True),
@@ -95,9 +87,9 @@ def queue_options(
         lease=lease_seconds(lease),
         wait_for_others=wait_for_others,
         epochs=passes,
-        # every identifier, and the order, checked now
-        first_order=tuple(preference_order(units, order, shuffle, 0)),
     )
+    preference_order(units, order, shuffle, 0)  # every identifier, and the order, checked now
+    return options
 
 
 def check_epoch(epoch: object) -> int:
