@@ -79,7 +79,7 @@ GRIDS = {
     "ddp": (1.5, 2.0, 3.0),
     "lockstep": (1.5, 2.0, 3.0),
     "diloco": (1.0, 1.5, 2.0),
-    "exchange": (2.0, 3.0, 4.0),
+    "exchange": (1.5, 2.0, 3.0),
 }
 SCORE_EVERY_S = 2.0
 

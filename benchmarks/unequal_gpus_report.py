@@ -175,6 +175,9 @@ def _row(
         row["conflicts"] = sum(s.conflicts for s in stats) / exchanges
         row["stale_mean"] = sum(s.staleness_sum for s in stats) / exchanges
         row["stale_max"] = max(s.staleness_max for s in stats)
+        row["gain"] = max(s.noise.gain for s in stats)
+        scales = [s.noise.scale for s in stats if s.noise.scale is not None]
+        row["noise_scale"] = statistics.median(scales) if scales else math.nan
     return row
 
 
@@ -222,7 +225,7 @@ def print_summary(results: dict[str, dict[str, list[dict[str, Any]]]], args: Any
                 for t in args.targets
             )
             eff = "/".join(_fmt(_mean(rs, f"eff{t}"), ".0%") for t in args.targets)
-            at = "/".join(_at([r[f"at{t}"] for r in rs]) for t in args.targets)
+            at = "/".join(_at([r.get(f"at{t}", math.nan) for r in rs]) for t in args.targets)
             print(f"  {method:<9}{cells}  {eff:<10}  {at}")
             if "blocked" in rs[0]:
                 worst = max(r["stale_max"] for r in rs)
@@ -232,6 +235,11 @@ def print_summary(results: dict[str, dict[str, list[dict[str, Any]]]], args: Any
                     f"{_mean(rs, 'requests'):.1f} requests, "
                     f"{_mean(rs, 'conflicts'):.2f} lost races; "
                     f"staleness mean {_mean(rs, 'stale_mean'):.1f}, max {worst:.0f}"
+                )
+                print(
+                    f"  {'':<9}at the end: the slowest learner's noise gain "
+                    f"{_mean(rs, 'gain'):.2f}, the noise scale fitted "
+                    f"{_mean(rs, 'noise_scale'):.0f} items"
                 )
         _goals(name, rows, args)
         if name == "churn" and "exchange" in methods and "exchange" in results.get("static", {}):

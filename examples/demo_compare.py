@@ -171,6 +171,13 @@ def compare(
         f"{best:.3f} at {best_t:.1f}s); {exchanges} exchanges, mean staleness "
         f"{staleness:.1f} versions, step() blocked {blocked:.2%} of the learners' time"
     )
+    scales = sorted(r["noise_scale"] for r in reports if r["noise_scale"] is not None)
+    if scales:
+        print(
+            f"the learners' gradients put the noise scale at {scales[len(scales) // 2]:.0f} "
+            f"items against a group batch of {sum(sizes)}: AdamW steps on the smaller "
+            f"batches were raised by a noise gain of up to {max(r['gain'] for r in reports):.2f}"
+        )
     print(
         f"at the same wall time ({makespan:.1f}s), on the same sequences and lr schedule "
         "(x sqrt(batch / 16) for the batches of 36):"

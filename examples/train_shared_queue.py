@@ -210,6 +210,8 @@ def learner(
             "exchanges": exchanged.exchanges if exchanged else 0,
             "staleness": exchanged.staleness_mean if exchanged else 0.0,
             "blocked": exchanged.blocked_s if exchanged else 0.0,
+            "gain": exchanged.noise.gain if exchanged else 1.0,
+            "noise_scale": exchanged.noise.scale if exchanged else None,
         }
     )
 

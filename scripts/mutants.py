@@ -263,6 +263,56 @@ MUTANTS: tuple[Mutant, ...] = (
         "a delta as stale as the learners' paces make normal is damped anyway: the shared "
         "model under-steps (the outer rule's 1 / (1 + tau))",
     ),
+    Mutant(
+        "exchange-gain-not-applied",
+        "_exchange/applier.py",
+        (
+            (
+                "            share = group.share(per_step) * gain\n",
+                "            share = group.share(per_step)\n",
+            ),
+        ),
+        ("tests/torch/test_exchange_gain.py",),
+        "the noise gain is measured and reported but not applied: with Adam, the small "
+        "batches' deltas carry less than their part of a step on the group's batch",
+    ),
+    Mutant(
+        "exchange-gain-unbounded",
+        "_exchange/noise.py",
+        (("    return min(most, max(1.0, math.sqrt(", "    return max(1.0, (math.sqrt("),),
+        ("tests/torch/test_exchange_gain.py",),
+        "a fit whose noise swamps its signal raises a delta past sqrt(B / b): the small "
+        "batches' deltas move the shared model more than one step on the group's batch",
+    ),
+    Mutant(
+        "exchange-gain-own-batch-as-the-groups",
+        "_exchange/noise.py",
+        (("    if fit is None or not 0 < batch < group_batch:", "    if fit is None:"),),
+        ("tests/torch/test_exchange_gain.py",),
+        "a delta covering more items a step than the group's batch as last read (a learner "
+        "whose batch grew since) is scaled below its share, and a batch of 0 divides by 0",
+    ),
+    Mutant(
+        "exchange-gain-meter-not-smoothed",
+        "_exchange/gradients.py",
+        (
+            (
+                "smoothed + SMOOTHING * (square - smoothed)",
+                "square",
+            ),
+        ),
+        ("tests/torch/test_exchange_gain.py",),
+        "each step's gradient mean square is published as it is: the fit, and so every "
+        "gain, jumps with one batch's noise",
+    ),
+    Mutant(
+        "exchange-gain-unmeasured-learners-fitted",
+        "_exchange/noise.py",
+        (("        if batch > 0 and 0 < square < math.inf:", "        if batch > 0:"),),
+        ("tests/torch/test_exchange_gain.py",),
+        "a learner that does not measure (its square 0) enters the fit as a point of no "
+        "gradient at all: the fitted noise, and every gain, goes wrong",
+    ),
     # -- the pipeline over a mailbox ---------------------------------------------------------
     Mutant(
         "pipeline-end-ignores-count",

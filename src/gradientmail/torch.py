@@ -74,7 +74,7 @@ from __future__ import annotations
 
 from gradientmail._exchange.learner import Exchange, load_shared
 from gradientmail._exchange.rules import Average, DelayedNesterov
-from gradientmail._exchange.stats import ExchangeStats, ExchangeTraffic
+from gradientmail._exchange.stats import ExchangeStats, ExchangeTraffic, NoiseGain
 from gradientmail._torch_data.dataset import SharedQueueDataset
 from gradientmail._torch_data.loader import SharedQueueLoader
 
@@ -84,6 +84,7 @@ __all__ = [
     "Exchange",
     "ExchangeStats",
     "ExchangeTraffic",
+    "NoiseGain",
     "SharedQueueDataset",
     "SharedQueueLoader",
     "load_shared",

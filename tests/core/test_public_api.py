@@ -171,6 +171,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Exchange",
         "ExchangeStats",
         "ExchangeTraffic",
+        "NoiseGain",
         "SharedQueueDataset",
         "SharedQueueLoader",
         "load_shared",

@@ -19,6 +19,7 @@ import torch
 from gradientmail._errors import InvalidDataError, LeaseLostError, OutcomeUnknownError
 from gradientmail._exchange.layout import Head, start_over
 from gradientmail._exchange.membership import Membership
+from gradientmail._exchange.noise import noise_gain, noise_scale
 from gradientmail._exchange.pace import GroupPace, LearnerPace, Progress
 from gradientmail._exchange.reader import VersionReader
 from gradientmail._exchange.rules import OuterStep
@@ -114,13 +115,15 @@ class Applier:
 
         Retries lost swaps; after a lost response, the ledger says whether it landed. The
         delta's weight follows ``progress`` against the other active learners' paces in the
-        head (:class:`~gradientmail._exchange.rules.OuterStep`). The learner's entry records
+        head (:class:`~gradientmail._exchange.rules.OuterStep`), times its noise gain
+        (``gradientmail._exchange.noise``). The learner's entry records
         ``blocked_s``, the time its training loop was blocked, and its pace.
 
         Raises:
             LeaseLostError: a newer process with this learner id replaced this one.
         """
         delta = difference(snapshot.values.detach().to("cpu", torch.float32), self.anchor.values)
+        pace = progress.published()
         store = self.store
         pending = self.seq + 1
         while True:
@@ -158,12 +161,14 @@ class Applier:
                 return self._done(head, current, tau, applied=False)
             now = store.clock()
             others = self._paces(head, now)
-            group = GroupPace(others, self.learner_id, progress.pace)
+            group = GroupPace(others, self.learner_id, pace)
             active = len(others) + 1
             rule = self.outer.rule
             values = current.values
             parts = [values[i * self.numel : (i + 1) * self.numel] for i in range(rule.parts)]
-            share = group.share(progress.samples_per_step)
+            per_step, fit = progress.samples_per_step, group.noise()
+            gain = noise_gain(fit, per_step, group.group_batch())
+            share = group.share(per_step) * gain
             normal = group.expected_staleness()
             weight = 0.0 if dropped else self.outer.weight(tau, active, share, normal)
             new_parts, rule_state = rule.apply(parts, delta * weight, active, head.rule_state)
@@ -183,7 +188,7 @@ class Applier:
                 left=leaving,
                 blocked_s=blocked_s,
                 dropped=entry.dropped + int(dropped),
-                pace=progress.pace,
+                pace=pace,
             )
             history, gone = store.next_history(head, version, token, count)
             new = self.membership.stamped(
@@ -200,6 +205,7 @@ class Applier:
                 store.delete_data(token, count)
                 continue
             store.collect(new, gone)
+            self.tally.weighed(gain, noise_scale(fit))
             return self._done(new, state, tau, applied=not dropped)._replace(paces=others)
 
     def refresh(self, than: int) -> tuple[State, int] | None:

@@ -25,11 +25,12 @@ import logging
 import threading
 import time
 
-from gradientmail._errors import GradientMailError
+from gradientmail._errors import GradientMailError, InvalidDataError, LeaseLostError
 from gradientmail._exchange.applier import Applier, Outcome
 from gradientmail._exchange.pace import Progress
 from gradientmail._exchange.stats import Tally
 from gradientmail._exchange.tensors import State, corrected
+from gradientmail.patterns._workers import CarriedError
 
 log = logging.getLogger("gradientmail.exchange")
 
@@ -79,6 +80,19 @@ class Handoff:
         """Wait until the job handed over has an outcome or the thread failed."""
         while self._result is None and self.error is None:
             self.lock.wait()
+
+    def raise_failure(self) -> None:
+        """Raise the thread's error in the training loop, if it failed: a fencing and a
+        damaged record by their own types, anything else carried with its traceback."""
+        error = self.error
+        if error is None:
+            return
+        learner = self.applier.learner_id
+        if isinstance(error, LeaseLostError):
+            raise LeaseLostError(str(error), learner=learner) from error
+        if isinstance(error, InvalidDataError):  # a damaged record: by its own type too
+            raise InvalidDataError(f"the exchange of learner {learner}: {error}") from error
+        CarriedError.of(error).reraise(f"the exchange of learner {learner}")
 
     def settled(self) -> bool:
         """Whether the thread is idle: no job in flight, no fresher version being read."""

@@ -188,6 +188,7 @@ class LearnerEntry:
     def to_record(self) -> dict[str, Any]:
         return {
             "pace": [self.pace.batch, self.pace.seconds_per_sample, self.pace.every],
+            "gsq": self.pace.grad_square,
             "seq": self.seq,
             "inc": self.incarnation,
             "staleness": self.staleness,
@@ -207,16 +208,18 @@ class LearnerEntry:
             blocked_s=float(record.get("blocked_s", 0.0)),
             dropped=int(record.get("dropped", 0)),
             left=bool(record.get("left", False)),
-            pace=_pace(record.get("pace")),
+            pace=_pace(record.get("pace"), record.get("gsq")),
         )
 
 
-def _pace(record: Any) -> LearnerPace:
-    """A ledger entry's pace; an entry written before paces were recorded has none."""
+def _pace(record: Any, grad_square: Any) -> LearnerPace:
+    """A ledger entry's pace; an entry written before paces were recorded has none, and one
+    written before gradients were measured no mean square (it stays out of the fit)."""
     if not isinstance(record, list) or len(record) != 3:
         return LearnerPace(0, 0.0, 0)
     batch, seconds_per_sample, every = record
-    return LearnerPace(int(batch), float(seconds_per_sample), int(every))
+    square = float(grad_square) if isinstance(grad_square, (int, float)) else 0.0
+    return LearnerPace(int(batch), float(seconds_per_sample), int(every), square)
 
 
 @dataclass

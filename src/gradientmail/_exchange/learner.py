@@ -13,7 +13,8 @@ import warnings
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from gradientmail._errors import ConfigurationError, InvalidDataError, LeaseLostError
+from gradientmail._errors import ConfigurationError
+from gradientmail._exchange.gradients import GradientMeter, wants_gain
 from gradientmail._exchange.handoff import Handoff
 from gradientmail._exchange.layout import Keys, check_model, frozen_difference, shared_settings
 from gradientmail._exchange.options import (
@@ -35,7 +36,6 @@ from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail.backends._options import positive
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._patience import DEFAULT_PATIENCE_S
-from gradientmail.patterns._workers import CarriedError
 
 __all__ = ["Exchange", "load_shared"]
 
@@ -101,6 +101,11 @@ class Exchange:
         buffers: share the persistent buffers too: floating ones (``running_mean``) under
             the outer rule as the parameters, integer ones (``num_batches_tracked``) as
             their largest value. ``False`` keeps every buffer local.
+        gain: raise the weight of a delta made on a batch smaller than the group's by the
+            noise gain, measured from the learners' gradients, so that in one step time the
+            shared model moves as one step on the group's batch would with an adaptive
+            optimizer (``docs/exchange.md``). ``None``: on for torch's Adam, AdamW, NAdam,
+            RAdam, Adamax, RMSprop and Adagrad given as ``optimizer=``.
 
     The wire dtype, the outer rule and its step, ``staleness``, ``max_staleness``,
     ``active_window`` and ``buffers`` are recorded in the shared model's layout: a learner
@@ -134,6 +139,7 @@ class Exchange:
         keep: int = 3,
         buffers: bool = True,
         patience: float = DEFAULT_PATIENCE_S,
+        gain: bool | None = None,
         lease: float | None = None,
     ) -> None:
         self.model = model
@@ -160,9 +166,10 @@ class Exchange:
         self._handoff = Handoff(applier, closing)
         self._snapshot: State | None = None  # the model handed over, until adopted
         self._since = 0
-        self._work = Work(batch_size, self._handoff.applier.learner_id, self.every)
         self._optimizer = stepping(optimizer, model)
-        self._hook: RemovableHandle | None = None
+        meter = GradientMeter(model.parameters()) if wants_gain(gain, self._optimizer) else None
+        self._work = Work(batch_size, self._handoff.applier.learner_id, self.every, meter=meter)
+        self._hooks: list[RemovableHandle] = []
         #: "new", then "entered", then "left": one with block per Exchange.
         self._phase = "new"
 
@@ -234,7 +241,9 @@ class Exchange:
         handoff.start()
         self._phase = "entered"
         if self._optimizer is not None:
-            self._hook = self._optimizer.register_step_post_hook(self._optimizer_stepped)
+            self._hooks.append(self._optimizer.register_step_post_hook(self._optimizer_stepped))
+            if meter := self._work.meter:
+                self._hooks.append(meter.attach(self._optimizer))
         log.info(
             "%s joined shared model %r at version %d",
             self.learner_id,
@@ -282,7 +291,7 @@ class Exchange:
             )
         began = time.perf_counter()
         with self._handoff.lock:
-            self._raise_failure()
+            self._handoff.raise_failure()
             self._since += 1
             self._work.stepped()
             self._adopt_locked()
@@ -292,8 +301,8 @@ class Exchange:
             self._handoff.tally.stepped(time.perf_counter() - began)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        if self._hook is not None:
-            self._hook.remove()
+        for hook in self._hooks:
+            hook.remove()
         self._phase = "left"
         try:
             if exc_type is None:
@@ -308,11 +317,11 @@ class Exchange:
         with handoff.lock:
             if self._snapshot is not None:
                 handoff.wait()
-            self._raise_failure()
+            self._handoff.raise_failure()
             self._adopt_locked()
             self._submit_locked(leaving=True)
             handoff.wait()
-            self._raise_failure()
+            self._handoff.raise_failure()
             self._adopt_locked(exact=True)
 
     def _submit_locked(self, leaving: bool) -> None:
@@ -352,16 +361,6 @@ class Exchange:
         self._snapshot = None
         if outcome.paces is not None:
             self._work.others = outcome.paces
-
-    def _raise_failure(self) -> None:
-        error = self._handoff.error
-        if error is None:
-            return
-        if isinstance(error, LeaseLostError):
-            raise LeaseLostError(str(error), learner=self.learner_id) from error
-        if isinstance(error, InvalidDataError):  # a damaged record: by its own type too
-            raise InvalidDataError(f"the exchange of learner {self.learner_id}: {error}") from error
-        CarriedError.of(error).reraise(f"the exchange of learner {self.learner_id}")
 
 
 def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model") -> int:

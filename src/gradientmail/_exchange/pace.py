@@ -15,6 +15,10 @@ its ledger entry at each exchange, so every learner that reads the head sees eve
   group trains on per step time. In one step time the shared model then moves by the
   sample-weighted mean of everyone's step, as one step on the group batch would; a
   learner alone keeps all of its progress, and ``N`` equal learners average theirs.
+* **Gain** (:meth:`GroupPace.noise`, ``gradientmail._exchange.noise``). With an adaptive
+  optimizer a small batch's step carries less signal than its share of the samples; the
+  gain, fitted from the gradients' mean squares the learners publish at their batches,
+  raises its weight to what one step on the group batch would carry.
 * **Expected staleness** (:meth:`GroupPace.expected_staleness`): how many other learners'
   exchanges land during one of this learner's, at these paces. Only a delta staler than
   that is damped.
@@ -24,10 +28,18 @@ Rules only, no I/O; the clock is passed in, so tests drive it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+from gradientmail._exchange.noise import noise_fit
+
+if TYPE_CHECKING:
+    import torch
+
+    from gradientmail._exchange.gradients import GradientMeter
 
 __all__ = ["GroupPace", "LearnerPace", "Pace", "Progress", "Work"]
 
@@ -40,11 +52,13 @@ OUTLIER = 4.0
 
 @dataclass(frozen=True)
 class LearnerPace:
-    """One learner's published pace: its batch, seconds per sample, and ``every``."""
+    """One learner's published pace: its batch, seconds per sample, and ``every``; and its
+    gradients' smoothed mean square at that batch (0: not measured)."""
 
     batch: int
     seconds_per_sample: float
     every: int
+    grad_square: float = 0.0
 
     @property
     def step_seconds(self) -> float:
@@ -128,6 +142,15 @@ class GroupPace:
         """The weight of a delta whose steps took ``samples_per_step`` samples each."""
         return min(1.0, max(0.0, samples_per_step) / self.group_batch())
 
+    def noise(self) -> tuple[float, float] | None:
+        """The gradients' signal and noise (``|G|^2, S``; ``gradientmail._exchange.noise``)
+        fitted from the mean squares published by the learners that measure them; ``None``
+        unless this learner measures its own and they trained on two batch sizes or more."""
+        mine = self.paces.get(self.me)
+        if mine is None or mine.grad_square <= 0:
+            return None
+        return noise_fit((p.batch, p.grad_square) for p in self.paces.values())
+
     def expected_staleness(self) -> float:
         """Other learners' exchanges expected to land during one exchange interval of this
         learner: 0 alone, ``N - 1`` for ``N`` learners exchanging at the same rate."""
@@ -146,11 +169,23 @@ class GroupPace:
 
 
 class Progress(NamedTuple):
-    """What a delta covers: the items of one of its steps (on average), and this learner's
-    pace when it was handed over."""
+    """What a delta covers: the items of one of its steps (on average), this learner's pace
+    when it was handed over, and its gradients' smoothed mean square then (a tensor on
+    their device, read by the exchange thread: the training thread never waits for it)."""
 
     samples_per_step: float
     pace: LearnerPace
+    grad_square: torch.Tensor | None = None
+
+    def published(self) -> LearnerPace:
+        """The pace to publish, with the gradients' mean square read (exchange thread)."""
+        if self.grad_square is None:
+            return self.pace
+        square = float(self.grad_square)
+        if not 0 < square < math.inf:  # a step of NaN or infinite gradients: nothing to fit
+            square = 0.0
+        pace = self.pace
+        return LearnerPace(pace.batch, pace.seconds_per_sample, pace.every, square)
 
 
 class Work:
@@ -163,6 +198,7 @@ class Work:
         learner: this learner's id.
         every: its steps per exchange, published with its pace.
         clock: monotonic seconds (``time.monotonic``).
+        meter: what measures this learner's gradients for the gain; ``None``: no gain.
     """
 
     def __init__(
@@ -171,8 +207,10 @@ class Work:
         learner: str,
         every: int,
         clock: Callable[[], float] = time.monotonic,
+        meter: GradientMeter | None = None,
     ) -> None:
         self.batch_size = batch_size
+        self.meter = meter
         self.learner, self.every = learner, every
         self.clock = clock
         self.pace = Pace(clock)
@@ -209,4 +247,5 @@ class Work:
         """What the steps since the last hand-over cover; counting starts again."""
         per_step = self._samples / self._steps if self._steps else float(self.batch)
         self._samples = self._steps = 0
-        return Progress(per_step, self.mine())
+        square = None if self.meter is None else self.meter.latest()
+        return Progress(per_step, self.mine(), square)

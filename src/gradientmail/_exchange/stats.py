@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from gradientmail._counting import RECEIVED, SENT, RequestCounts
 
-__all__ = ["ExchangeStats", "ExchangeTraffic", "Tally"]
+__all__ = ["ExchangeStats", "ExchangeTraffic", "NoiseGain", "Tally"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,16 @@ class ExchangeTraffic:
 
 
 @dataclass(frozen=True)
+class NoiseGain:
+    """The noise gain of a learner's last delta applied (1: none), and the gradients' noise
+    scale fitted then: the batch beyond which more items a step help little (``None`` until
+    learners on two batch sizes measured their gradients). See ``docs/exchange.md``."""
+
+    gain: float = 1.0
+    scale: float | None = None
+
+
+@dataclass(frozen=True)
 class ExchangeStats:
     """What one learner's exchanges did so far.
 
@@ -42,7 +52,8 @@ class ExchangeStats:
     (adopting a version, copying a snapshot); the store is never waited on there, except
     when leaving. ``staleness_*`` count versions other learners applied between this
     learner's anchor and its exchange. ``traffic`` counts this learner's requests and bytes
-    to the shared model, joining included.
+    to the shared model, joining included. ``noise`` is the noise gain of the last delta
+    applied and the noise scale it came from (:class:`NoiseGain`).
     """
 
     steps: int = 0
@@ -56,6 +67,7 @@ class ExchangeStats:
     staleness_sum: int = 0
     staleness_max: int = 0
     traffic: ExchangeTraffic = field(default_factory=ExchangeTraffic)
+    noise: NoiseGain = field(default_factory=lambda: NoiseGain())
 
     @property
     def staleness_mean(self) -> float:
@@ -120,6 +132,11 @@ class Tally:
         while it hands the result over."""
         with self.lock:
             self._stats = self._stats.counted(version=version, tau=tau, applied=applied)
+
+    def weighed(self, gain: float, noise_scale: float | None) -> None:
+        """The last delta applied had this noise gain, at this noise scale."""
+        with self.lock:
+            self._stats = replace(self._stats, noise=NoiseGain(gain, noise_scale))
 
     def adopted(self, version: int) -> None:
         """The learner will adopt ``version``, newer than its exchange produced."""
