@@ -42,7 +42,9 @@ run, against the group's batch: extra data helps only while ``B_simple`` is abov
 Run: ``python benchmarks/unequal_gpus.py`` (tune, then 1 seed of every scenario, about an
 hour on 2 cores), ``--seeds 3``, ``--scenarios static,jitter5``, ``--lrs lrs.json``
 (skip tuning: a file ``--save-lrs`` wrote), ``--task FILE.py`` for your own model and data
-(see ``benchmarks/tasks/bytes_transformer.py`` for what the file defines).
+(see ``benchmarks/tasks/bytes_transformer.py`` for what the file defines),
+``--exchange '{"gain": false}'`` to give the recipe's ``Exchange`` more keyword arguments
+(a JSON object; here, an A/B of the noise gain).
 """
 
 from __future__ import annotations
@@ -74,12 +76,15 @@ DEFAULT_TASK = str(Path(__file__).parent / "tasks" / "bytes_transformer.py")
 PACES = report.PACES
 STATIC = PACES["static"]
 #: Learning-rate grids, as multiples of the task's ``LR`` (a good one for ``BATCH`` alone).
+#: The synchronous methods of a larger batch start above it; the exchange's grid reaches
+#: down to it, since the noise gain already raises a small batch's delta toward a step on
+#: the group's batch.
 GRIDS = {
     "alone": (1.0, 1.5, 2.0),
     "ddp": (1.5, 2.0, 3.0),
     "lockstep": (1.5, 2.0, 3.0),
     "diloco": (1.0, 1.5, 2.0),
-    "exchange": (1.5, 2.0, 3.0),
+    "exchange": (1.0, 1.5, 2.0),
 }
 SCORE_EVERY_S = 2.0
 
@@ -175,6 +180,7 @@ def base_plan(args: argparse.Namespace, method: str, seed: int, lr: float) -> Pl
         batch=args.batch,
         sizing={"lockstep": "static", "adaptive": "adaptive"}.get(method, "equal"),
         budget=args.budget,
+        exchange=args.exchange if method == "exchange" else {},
     )
 
 
@@ -242,7 +248,13 @@ def main() -> None:
     parser.add_argument("--diloco-every", default="10,40")
     parser.add_argument("--lrs", default=None, help="a JSON file of chosen lrs: skip tuning")
     parser.add_argument("--save-lrs", default=None)
+    parser.add_argument(
+        "--exchange", default="{}", help="more keyword arguments of the recipe's Exchange (JSON)"
+    )
     args = parser.parse_args()
+    args.exchange = json.loads(args.exchange)
+    if not isinstance(args.exchange, dict):
+        raise SystemExit("--exchange takes a JSON object, such as '{\"gain\": false}'")
     task = load_task(args.task)
     args.batch = int(getattr(task, "BATCH", 16))
     args.lr = float(getattr(task, "LR", 3e-3))

@@ -139,6 +139,10 @@ def speeds_sum(plan_paces: tuple[float, ...]) -> float:
 
 
 def _fmt(x: float, spec: str = ".2f") -> str:
+    """``never`` for a target not reached (inf); ``-`` where there is nothing to compare
+    with (NaN: the fastest alone was not among the methods run)."""
+    if math.isnan(x):
+        return "-"
     return format(x, spec) if math.isfinite(x) else "never"
 
 
