@@ -40,7 +40,8 @@ scale ``B_simple`` (McCandlish et al. 2018) at each target along the fastest lea
 run, against the group's batch: extra data helps only while ``B_simple`` is above it.
 
 Run: ``python benchmarks/unequal_gpus.py`` (tune, then 1 seed of every scenario, about an
-hour on 2 cores), ``--seeds 3``, ``--scenarios static,jitter5``, ``--lrs lrs.json``
+hour on 2 cores), ``--seeds 3``, ``--scenarios static,jitter5``, ``--methods
+alone,lockstep,exchange`` (each scenario runs those of its methods named), ``--lrs lrs.json``
 (skip tuning: a file ``--save-lrs`` wrote), ``--task FILE.py`` for your own model and data
 (see ``benchmarks/tasks/bytes_transformer.py`` for what the file defines),
 ``--exchange '{"gain": false}'`` to give the recipe's ``Exchange`` more keyword arguments
@@ -283,8 +284,10 @@ def main() -> None:
 
         for name in args.scenarios.split(","):
             changes, methods = scenario_plans(name, reference)
+            # static compares every method asked for; the others, those of theirs asked for
             if name == "static":
                 methods = args.methods
+            methods = [m for m in methods if m in args.methods]
             join = changes.pop("join", None)
             for method in methods:
                 if method not in chosen:

@@ -17,30 +17,14 @@ __all__ = ["GradientMeter", "wants_gain"]
 #: last 16 steps).
 SMOOTHING = 1 / 16
 
-#: torch's optimizers that divide their steps by the root of a second moment.
-ADAPTIVE: tuple[type[torch.optim.Optimizer], ...] = (
-    torch.optim.Adam,
-    torch.optim.AdamW,
-    torch.optim.Adamax,
-    torch.optim.NAdam,
-    torch.optim.RAdam,
-    torch.optim.RMSprop,
-    torch.optim.Adagrad,
-)
-
 
 def wants_gain(gain: object, optimizer: torch.optim.Optimizer | None) -> bool:
-    """Whether this learner measures its gradients and weights its deltas by the gain.
-
-    ``None`` (the default): for torch's adaptive optimizers given as ``optimizer=``. ``True``
-    for any optimizer that divides by a second moment; ``False``: never.
-    """
-    if gain is not None and not isinstance(gain, bool):
+    """Whether this learner measures its gradients and weights its deltas by the gain:
+    ``gain`` checked (a bool, and ``True`` only with the optimizer it measures at)."""
+    if not isinstance(gain, bool):
         raise ConfigurationError(
-            f"gain must be True, False or None (on for torch's adaptive optimizers), not {gain!r}"
+            f"gain must be True (for an adaptive optimizer such as AdamW) or False, not {gain!r}"
         )
-    if gain is None:
-        return isinstance(optimizer, ADAPTIVE)
     if gain and optimizer is None:
         raise ConfigurationError(
             "gain=True measures the gradients at each optimizer step: pass optimizer= too"

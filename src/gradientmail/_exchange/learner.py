@@ -104,8 +104,8 @@ class Exchange:
         gain: raise the weight of a delta made on a batch smaller than the group's by the
             noise gain, measured from the learners' gradients, so that in one step time the
             shared model moves as one step on the group's batch would with an adaptive
-            optimizer (``docs/exchange.md``). ``None``: on for torch's Adam, AdamW, NAdam,
-            RAdam, Adamax, RMSprop and Adagrad given as ``optimizer=``.
+            optimizer (``docs/exchange.md``, which says when it pays and how to tell).
+            Needs ``optimizer=``; off by default.
 
     The wire dtype, the outer rule and its step, ``staleness``, ``max_staleness``,
     ``active_window`` and ``buffers`` are recorded in the shared model's layout: a learner
@@ -139,7 +139,7 @@ class Exchange:
         keep: int = 3,
         buffers: bool = True,
         patience: float = DEFAULT_PATIENCE_S,
-        gain: bool | None = None,
+        gain: bool = False,
         lease: float | None = None,
     ) -> None:
         self.model = model
