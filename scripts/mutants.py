@@ -277,12 +277,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "batches' deltas carry less than their part of a step on the group's batch",
     ),
     Mutant(
-        "exchange-gain-unbounded",
+        "exchange-gain-all-noise-taken-for-none",
         "_exchange/noise.py",
-        (("    return min(most, max(1.0, math.sqrt(", "    return max(1.0, (math.sqrt("),),
+        (("        return math.sqrt(group_batch / batch)\n", "        return 1.0\n"),),
         ("tests/torch/test_exchange_gain.py",),
-        "a fit whose noise swamps its signal raises a delta past sqrt(B / b): the small "
-        "batches' deltas move the shared model more than one step on the group's batch",
+        "a fit at or below zero signal (all noise, common with few learners) gives no gain: "
+        "the small batches' deltas carry about half their part of a step on the group's batch",
     ),
     Mutant(
         "exchange-gain-own-batch-as-the-groups",

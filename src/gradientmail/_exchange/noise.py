@@ -58,12 +58,13 @@ def noise_gain(fit: tuple[float, float] | None, batch: float, group_batch: float
     if fit is None or not 0 < batch < group_batch:
         return 1.0
     signal, noise = fit
-    most = math.sqrt(group_batch / batch)
-    if noise <= 0:
+    if noise <= 0:  # the squares do not fall with the batch: no noise measured
         return 1.0
-    if signal <= 0:
-        return most
-    return min(most, max(1.0, math.sqrt((signal + noise / batch) / (signal + noise / group_batch))))
+    if signal <= 0:  # all noise (a fit at or below zero): the formula's limit
+        return math.sqrt(group_batch / batch)
+    # With 0 < batch < group_batch and both terms positive, this lies strictly between 1
+    # and sqrt(group_batch / batch): no clamp is needed.
+    return math.sqrt((signal + noise / batch) / (signal + noise / group_batch))
 
 
 def noise_scale(fit: tuple[float, float] | None) -> float | None:
