@@ -240,11 +240,11 @@ def print_summary(results: dict[str, dict[str, list[dict[str, Any]]]], args: Any
                     f"{_mean(rs, 'conflicts'):.2f} lost races; "
                     f"staleness mean {_mean(rs, 'stale_mean'):.1f}, max {worst:.0f}"
                 )
-                if not math.isnan(_mean(rs, "noise_scale")):  # nan: the gain was off
+                scale = _mean(rs, "noise_scale")
+                if not math.isnan(scale):  # nan: the gain was off
                     print(
                         f"  {'':<9}at the end: the slowest learner's noise gain "
-                        f"{_mean(rs, 'gain'):.2f}, the noise scale fitted "
-                        f"{_mean(rs, 'noise_scale'):.0f} items"
+                        f"{_mean(rs, 'gain'):.2f}, the noise scale fitted {scale:.0f} items"
                     )
         _goals(name, rows, args)
         if name == "churn" and "exchange" in methods and "exchange" in results.get("static", {}):
