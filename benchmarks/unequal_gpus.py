@@ -44,7 +44,7 @@ hour on 2 cores), ``--seeds 3``, ``--scenarios static,jitter5``, ``--methods
 alone,lockstep,exchange`` (each scenario runs those of its methods named), ``--lrs lrs.json``
 (skip tuning: a file ``--save-lrs`` wrote), ``--task FILE.py`` for your own model and data
 (see ``benchmarks/tasks/bytes_transformer.py`` for what the file defines),
-``--exchange '{"gain": false}'`` to give the recipe's ``Exchange`` more keyword arguments
+``--exchange '{"gain": true}'`` to give the recipe's ``Exchange`` more keyword arguments
 (a JSON object; here, an A/B of the noise gain).
 """
 
@@ -255,7 +255,7 @@ def main() -> None:
     args = parser.parse_args()
     args.exchange = json.loads(args.exchange)
     if not isinstance(args.exchange, dict):
-        raise SystemExit("--exchange takes a JSON object, such as '{\"gain\": false}'")
+        raise SystemExit("--exchange takes a JSON object, such as '{\"gain\": true}'")
     task = load_task(args.task)
     args.batch = int(getattr(task, "BATCH", 16))
     args.lr = float(getattr(task, "LR", 3e-3))
@@ -270,6 +270,14 @@ def main() -> None:
     runner = Runner(args, task)
     if args.lrs:
         chosen = json.loads(Path(args.lrs).read_text())
+        if "lockstep" in chosen:  # as tuning does: adaptive lockstep is lockstep re-sized
+            chosen.setdefault("adaptive", dict(chosen["lockstep"]))
+        missing = [m for m in args.methods if m not in chosen]
+        if missing:
+            raise SystemExit(
+                f"{args.lrs} has no lr for {', '.join(missing)}: leave out --lrs to tune"
+                " every method, or leave those out of --methods"
+            )
     else:
         chosen = tune(runner, args)
     if args.save_lrs:
@@ -287,8 +295,6 @@ def main() -> None:
             methods = [m for m in methods if m in args.methods]  # each scenario's, asked for
             join = changes.pop("join", None)
             for method in methods:
-                if method not in chosen:
-                    continue
                 plan = replace(
                     base_plan(args, method, seed, chosen[method]["lr"]),
                     diloco=chosen[method]["every"] if method == "diloco" else 0,
