@@ -43,7 +43,8 @@ Run: ``python benchmarks/unequal_gpus.py`` (tune, then 1 seed of every scenario,
 hour on 2 cores), ``--seeds 3``, ``--scenarios static,jitter5``, ``--methods
 alone,lockstep,exchange`` (each scenario runs those of its methods named), ``--lrs lrs.json``
 (skip tuning: a file ``--save-lrs`` wrote), ``--task FILE.py`` for your own model and data
-(see ``benchmarks/tasks/bytes_transformer.py`` for what the file defines),
+(see ``benchmarks/tasks/bytes_transformer.py``, the default, for what the file defines;
+``benchmarks/tasks/noisy_strides.py`` is a task where more data per step clearly helps),
 ``--exchange '{"gain": true}'`` to give the recipe's ``Exchange`` more keyword arguments
 (a JSON object; here, an A/B of the noise gain).
 """
