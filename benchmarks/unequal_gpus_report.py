@@ -140,10 +140,14 @@ def speeds_sum(plan_paces: tuple[float, ...]) -> float:
 
 def _fmt(x: float, spec: str = ".2f") -> str:
     """``never`` for a target not reached (inf); ``-`` where there is nothing to compare
-    with (NaN: the fastest alone was not among the methods run)."""
+    with (NaN: the fastest alone was not among the methods run, or missed the target)."""
     if math.isnan(x):
         return "-"
     return format(x, spec) if math.isfinite(x) else "never"
+
+
+def _seconds(t: float) -> str:
+    return f"{t:5.1f}s" if math.isfinite(t) else " never"
 
 
 def print_grid(method: str, rows: list[Any], best: Any, targets: list[float]) -> None:
@@ -164,8 +168,10 @@ def _row(
         row[f"t{t}"] = time_to(curve, t)
         if alone is not None:
             t_alone = time_to(alone["curve"], t)
-            row[f"x{t}"] = row[f"t{t}"] / t_alone
-            row[f"eff{t}"] = (t_alone / row[f"t{t}"]) / speeds_sum(paces)
+            # NaN where the fastest alone never reached the target: no ratio to give
+            reached = math.isfinite(t_alone)
+            row[f"x{t}"] = row[f"t{t}"] / t_alone if reached else math.nan
+            row[f"eff{t}"] = t_alone / row[f"t{t}"] / speeds_sum(paces) if reached else math.nan
             # NaN: this run had ended (its budget trained) before the alone's time
             row[f"at{t}"] = loss_at(curve, t_alone) if t_alone <= result["wall"] else math.nan
     stats = [r["stats"] for r in result["reports"] if isinstance(r, dict) and "stats" in r]
@@ -191,8 +197,7 @@ def print_seed(name: str, seed: int, results: dict[str, list[dict[str, Any]]], a
     for method, runs in results.items():
         row = _row(runs[-1], alone, args, _paces(name))
         cells = "  ".join(
-            f"{_fmt(row[f't{t}'], '5.1f')}s ({_fmt(row.get(f'x{t}', math.nan))})"
-            for t in args.targets
+            f"{_seconds(row[f't{t}'])} ({_fmt(row.get(f'x{t}', math.nan))})" for t in args.targets
         )
         print(f"  {method:<9} {cells}   wall {row['wall']:.0f}s")
 
@@ -286,9 +291,11 @@ def _goals(name: str, rows: dict[str, list[dict[str, float]]], args: Any) -> Non
     ex = rows["exchange"]
 
     def ratio(peer: str) -> list[float]:
+        """NaN (shown ``-``, never met) where the peer missed a target in some seed."""
         if peer not in rows:
             return []
-        return [_mean(ex, f"t{t}") / _mean(rows[peer], f"t{t}") for t in args.targets]
+        times = [(_mean(ex, f"t{t}"), _mean(rows[peer], f"t{t}")) for t in args.targets]
+        return [mine / theirs if math.isfinite(theirs) else math.nan for mine, theirs in times]
 
     goals: list[tuple[str, list[float], float]] = []
     if name == "static":
@@ -310,6 +317,8 @@ def _goals(name: str, rows: dict[str, list[dict[str, float]]], args: Any) -> Non
             ok = all(v <= bound for v in values)
             shown = "/".join(_fmt(v) for v in values)
             print(f"  goal: exchange {label} <= {bound}: {shown}  {'met' if ok else 'NOT met'}")
+            if any(math.isnan(v) for v in values):
+                print("        (-: the peer missed that target within --cap; raise it to compare)")
     blocked = _mean(ex, "blocked")
     verdict = "met" if blocked <= 0.02 else "NOT met"
     print(f"  goal: step() blocked <= 2 % of the wall time: {blocked:.2%}  {verdict}")
