@@ -25,6 +25,7 @@ import math
 import os
 import random
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -135,11 +136,25 @@ class Snapshots:
 
 
 def _setup(plan: Plan) -> tuple[ModuleType, torch.nn.Module, torch.optim.Optimizer]:
+    _exit_with_parent()
     torch.set_num_threads(1)
     task = load_task(plan.task)
     model = fresh_model(task, plan.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=plan.lr)
     return task, model, optimizer
+
+
+def _exit_with_parent() -> None:
+    """End this process once the benchmark that started it is gone (killed, or stopped by
+    ``timeout``): a learner waits only for the benchmark's stop, so it would train on."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)  # a watchdog's poll: nothing waits on it
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _ready(start: Any) -> float:
