@@ -175,6 +175,9 @@ def test_the_next_epoch_starts_while_a_unit_is_in_progress_and_never_the_one_aft
     install(monkeypatch, [])
     units = units_of(4)
     slow_holds, fast_in_next, release = threading.Event(), threading.Event(), threading.Event()
+    # Holds the fast learner at its first item of epoch 1 while the test reads its lease:
+    # free, it could finish epoch 1 first, and its lease would then rightly name epoch 0 alone.
+    looked = threading.Event()
     queues: dict[str, Any] = {}
     seen: dict[str, list[tuple[int, int]]] = {"slow": [], "fast": []}
     errors: list[BaseException] = []
@@ -194,8 +197,9 @@ def test_the_next_epoch_starts_while_a_unit_is_in_progress_and_never_the_one_aft
                 queues[name] = q
                 for item in q:
                     seen[name].append((q.epoch, item))
-                    if name == "fast" and q.epoch == 1:
+                    if name == "fast" and q.epoch == 1 and not fast_in_next.is_set():
                         fast_in_next.set()
+                        assert looked.wait(HANG), "the test never looked at the lease"
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -209,6 +213,7 @@ def test_the_next_epoch_starts_while_a_unit_is_in_progress_and_never_the_one_aft
         lease = decode_record(box.get("leases/fast")) or {}
         assert lease["epochs"] == [0, 1], "the lease names both open epochs"
         assert f"u{slow_unit[0]:03d}" not in done_in(box, 0), "the slow unit is in progress"
+        looked.set()
         bell: WatchedBell = queues["fast"]._bell
 
         def fast_rests_in_epoch_0_alone() -> bool:
@@ -218,6 +223,7 @@ def test_the_next_epoch_starts_while_a_unit_is_in_progress_and_never_the_one_aft
         wait_until(fast_rests_in_epoch_0_alone, HANG, "fast to finish epoch 1 and wait")
         assert list(box.list(RunLayout(2).base)) == [], "epoch 2 opened two epochs ahead"
     finally:
+        looked.set()
         release.set()
         for thread in (slow, fast):
             thread.join(timeout=HANG)
