@@ -166,9 +166,11 @@ def consumer_victim(
     options: dict[str, Any] | None = None,
     pipe_options: dict[str, Any] | None = None,
     step_s: float = 0.005,
+    signalling: Any = None,
 ) -> None:
     """A consumer process that signals itself (SIGKILL, SIGSTOP) after ``stop_after`` items,
-    each taking ``step_s`` seconds of the loop.
+    each taking ``step_s`` seconds of the loop; sets ``signalling`` (an event, if given)
+    just before.
 
     Sets ``ready`` once its consumer is open. Each item ``next()`` returned is appended to
     ``log_path`` before anything else happens; at the ``stop_after``-th, the process waits
@@ -198,6 +200,8 @@ def consumer_victim(
                 os.write(fd, f"item {producer} {seq}\n".encode())
                 if n == stop_after:
                     holds_more.wait(JOIN)
+                    if signalling is not None:
+                        signalling.set()
                     os.kill(os.getpid(), stop_signal)
                 time.sleep(step_s)  # stands in for a training step
     except BaseException as exc:  # noqa: BLE001 - reported to the test through the log

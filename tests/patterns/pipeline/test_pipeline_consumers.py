@@ -73,6 +73,7 @@ def start_victim(
     stop_after: int,
     stop_signal: signal.Signals,
     options: dict[str, Any] = OPTIONS,
+    signalling: Any = None,
 ) -> mp.process.BaseProcess:
     """Spawn :func:`consumer_victim` as consumer ``victim`` and wait until it is open."""
     ready = mp.get_context("spawn").Event()
@@ -87,6 +88,7 @@ def start_victim(
         ready,
         options=rig.options,
         pipe_options=options,
+        signalling=signalling,
     )
     assert ready.wait(JOIN), "the victim never opened its consumer"
     return victim
@@ -107,10 +109,14 @@ def run_beside_a_victim(
     logged as returned by its ``next()``, its outcome line, and every item's claim.
     """
     url = rig.url()
-    victim = start_victim(rig, url, log_path, stop_point(trial), stop_signal)
+    # The survivors open once the victim signals itself: open sooner, on a loaded machine
+    # they could take every item before the victim reached its stop point.
+    signalling = mp.get_context("spawn").Event()
+    victim = start_victim(rig, url, log_path, stop_point(trial), stop_signal, signalling=signalling)
     survivors: dict[str, list[Item]] = {}
 
     def survive(name: str) -> None:
+        assert signalling.wait(JOIN), "the victim never reached its stop point"
         got = survivors[name] = []
         with open_pipe(url, NAMES, rig.options, **OPTIONS).consumer(name) as items:
             got.extend(parse(item) for item in items)
