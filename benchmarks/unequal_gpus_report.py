@@ -146,6 +146,12 @@ def _fmt(x: float, spec: str = ".2f") -> str:
     return format(x, spec) if math.isfinite(x) else "never"
 
 
+def _ratio(mine: float, theirs: float) -> float:
+    """``mine / theirs``, or NaN (shown ``-``, never a goal met) where the peer's time is
+    not finite: it never reached the target, so there is no ratio to give."""
+    return mine / theirs if math.isfinite(theirs) else math.nan
+
+
 def _seconds(t: float) -> str:
     return f"{t:5.1f}s" if math.isfinite(t) else " never"
 
@@ -168,10 +174,8 @@ def _row(
         row[f"t{t}"] = time_to(curve, t)
         if alone is not None:
             t_alone = time_to(alone["curve"], t)
-            # NaN where the fastest alone never reached the target: no ratio to give
-            reached = math.isfinite(t_alone)
-            row[f"x{t}"] = row[f"t{t}"] / t_alone if reached else math.nan
-            row[f"eff{t}"] = t_alone / row[f"t{t}"] / speeds_sum(paces) if reached else math.nan
+            row[f"x{t}"] = _ratio(row[f"t{t}"], t_alone)
+            row[f"eff{t}"] = 1 / row[f"x{t}"] / speeds_sum(paces)
             # NaN: this run had ended (its budget trained) before the alone's time
             row[f"at{t}"] = loss_at(curve, t_alone) if t_alone <= result["wall"] else math.nan
     stats = [r["stats"] for r in result["reports"] if isinstance(r, dict) and "stats" in r]
@@ -294,8 +298,7 @@ def _goals(name: str, rows: dict[str, list[dict[str, float]]], args: Any) -> Non
         """NaN (shown ``-``, never met) where the peer missed a target in some seed."""
         if peer not in rows:
             return []
-        times = [(_mean(ex, f"t{t}"), _mean(rows[peer], f"t{t}")) for t in args.targets]
-        return [mine / theirs if math.isfinite(theirs) else math.nan for mine, theirs in times]
+        return [_ratio(_mean(ex, f"t{t}"), _mean(rows[peer], f"t{t}")) for t in args.targets]
 
     goals: list[tuple[str, list[float], float]] = []
     if name == "static":
