@@ -239,17 +239,31 @@ def scenario_plans(name: str, reference: Any) -> tuple[dict[str, Any], list[str]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default=DEFAULT_TASK)
-    parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--scenarios", default="static,mild,jitter3,jitter5,slowdown,churn")
-    parser.add_argument("--methods", default="alone,ddp,lockstep,adaptive,diloco,exchange")
+    parser.add_argument(
+        "--task", default=DEFAULT_TASK, help="a task file (default: the byte transformer)"
+    )
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per scenario (default 1)")
+    parser.add_argument(
+        "--scenarios",
+        default="static,mild,jitter3,jitter5,slowdown,churn",
+        help="comma-separated, of static, mild, jitter3, jitter5, slowdown, churn, wide",
+    )
+    parser.add_argument(
+        "--methods",
+        default="alone,ddp,lockstep,adaptive,diloco,exchange",
+        help="comma-separated; each scenario runs those of its methods named",
+    )
     parser.add_argument("--targets", default=None, help="held-out losses, easiest first")
     parser.add_argument("--budget", type=int, default=40_000, help="samples a run, at most")
     parser.add_argument("--cap", type=float, default=150.0, help="seconds a run, at most")
-    parser.add_argument("--base-ms", type=float, default=None)
-    parser.add_argument("--diloco-every", default="10,40")
+    parser.add_argument(
+        "--base-ms", type=float, default=None, help="the fastest learner's padded step, in ms"
+    )
+    parser.add_argument(
+        "--diloco-every", default="10,40", help="DiLoCo's local steps, tried in turn"
+    )
     parser.add_argument("--lrs", default=None, help="a JSON file of chosen lrs: skip tuning")
-    parser.add_argument("--save-lrs", default=None)
+    parser.add_argument("--save-lrs", default=None, help="write the chosen lrs to this file")
     parser.add_argument(
         "--exchange", default="{}", help="more keyword arguments of the recipe's Exchange (JSON)"
     )
