@@ -152,15 +152,18 @@ def compare(
     batch: int,
     makespan: float,
     reports: list[dict[str, Any]],
+    factors: dict[str, float],
 ) -> None:
     """Print the shared model's final and best held-out loss, and its peers' at equal wall
-    time: the fastest learner alone, and lockstep with batches in proportion to speed."""
+    time: the fastest learner alone, and lockstep with batches in proportion to speed, each
+    at ``factors[method]`` times its square-root rule's lr."""
     fastest = min(slowdowns)
     sizes = [max(1, round(batch * fastest / s)) for s in slowdowns]
     step = peers.base_seconds * max(s * b / batch for s, b in zip(slowdowns, sizes, strict=True))
-    alone = peers.train(batch, batch, peers.base_seconds * fastest, makespan)
+    alone = peers.train(batch, batch, peers.base_seconds * fastest, makespan, factors["alone"])
     # lockstep's lr is raised for its batch by the rule the shared model's learners use
-    lockstep = peers.train(sum(sizes), batch, step, makespan, (sum(sizes) / batch) ** 0.5)
+    lockstep_scale = factors["lockstep"] * (sum(sizes) / batch) ** 0.5
+    lockstep = peers.train(sum(sizes), batch, step, makespan, lockstep_scale)
     exchanges = sum(r["exchanges"] for r in reports)
     staleness = sum(r["staleness"] * r["exchanges"] for r in reports) / max(1, exchanges)
     blocked = sum(r["blocked"] for r in reports) / max(1e-9, sum(r["busy"] for r in reports))
@@ -180,15 +183,15 @@ def compare(
         )
     print(
         f"at the same wall time ({makespan:.1f}s), on the same sequences and lr schedule "
-        "(x sqrt(batch / 16) for the batches of 36):"
+        f"(x sqrt(batch / {batch}), then x {factors['shared']:g} for the shared model):"
     )
     print(
-        f"  the fastest learner alone ({batch} a step):       held-out loss "
-        f"{loss_at(alone, makespan):.3f}"
+        f"  the fastest learner alone ({batch} a step, x {factors['alone']:g}):       "
+        f"held-out loss {loss_at(alone, makespan):.3f}"
     )
     print(
-        f"  lockstep, batches in proportion to speed ({'+'.join(map(str, sizes))} a step): "
-        f"held-out loss {loss_at(lockstep, makespan):.3f}"
+        f"  lockstep, batches in proportion to speed ({'+'.join(map(str, sizes))} a step, "
+        f"x {factors['lockstep']:g}): held-out loss {loss_at(lockstep, makespan):.3f}"
     )
 
 

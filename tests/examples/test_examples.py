@@ -67,8 +67,8 @@ def test_the_demo_trains_one_model_and_prints_the_status_command() -> None:
     # The four learners trained one shared model, and its two peers ran beside it.
     assert "training one shared model" in out
     assert re.search(r"one shared model: final held-out loss \d\.\d+ .*\(best \d\.\d+ at", out)
-    assert re.search(r"the fastest learner alone \(16 a step\): +held-out loss \d", out)
-    assert re.search(r"lockstep, batches in proportion to speed \(16\+8\+8\+4 a step\)", out)
+    assert re.search(r"the fastest learner alone \(16 a step, x 1\): +held-out loss \d", out)
+    assert re.search(r"lockstep, batches in proportion to speed \(16\+8\+8\+4 a step, x 1.5\)", out)
     (head,) = read_shared_models(from_url(status_command_url(out))).values()
     assert not isinstance(head, str)
     assert sorted(head.learners) == [f"learner-{n}" for n in range(4)]
@@ -77,6 +77,26 @@ def test_the_demo_trains_one_model_and_prints_the_status_command() -> None:
     trained = {r["learner"] for r in status.learners if (r.get("units_finished") or 0) > 0}
     assert trained, "some learner trained"
     assert {name for name, entry in head.learners.items() if entry.seq >= 1} == trained
+
+
+@pytest.mark.parametrize(
+    ("factors", "message"),
+    [
+        ("lokstep=2", "unknown method 'lokstep': name shared, lockstep, alone"),
+        ("shared=fast", "'shared=fast' is not METHOD=NUMBER"),
+        ("alone=0", "'alone=0': the factor must be above 0"),
+    ],
+)
+def test_a_wrong_lr_factor_is_refused_by_name(factors: str, message: str) -> None:
+    done = subprocess.run(  # the timeout is a hang
+        [sys.executable, str(EXAMPLES / "train_shared_queue.py"), "--lr-factors", factors],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
 
 
 def test_independent_models_share_the_queue_with_no_exchange() -> None:
