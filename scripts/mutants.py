@@ -243,6 +243,115 @@ MUTANTS: tuple[Mutant, ...] = (
         "less often and their deltas go stale",
     ),
     Mutant(
+        "exchange-batch-check-judges-the-next-batch",
+        "_exchange/learner.py",
+        (
+            (
+                "                self._check.stepped(self._work.batch)\n"
+                "            self._work.stepped()\n",
+                "                pass\n            self._work.stepped()\n"
+                "            if self._check is not None:\n"
+                "                self._check.stepped(self._work.batch)\n",
+            ),
+        ),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a step is judged against the batch sized for the next one: a loop that takes "
+        "exactly what was asked is warned about while the batches are being resized",
+    ),
+    Mutant(
+        "exchange-batch-check-without-batch-size",
+        "_exchange/learner.py",
+        (
+            (
+                "BatchCheck(self.learner_id) if batch_size is not None else None",
+                "BatchCheck(self.learner_id)",
+            ),
+        ),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a loop that sizes its own batches (no batch_size=) is warned that it does not take "
+        "the 1 item a step it was never asked for",
+    ),
+    Mutant(
+        "exchange-batch-check-counts-no-grad-forwards",
+        "_exchange/batch_check.py",
+        (
+            (
+                "if not module.training or not torch.is_grad_enabled():",
+                "if not module.training:",
+            ),
+        ),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "an evaluation under torch.no_grad() counts as training items: a right loop that "
+        "evaluates is warned about",
+    ),
+    Mutant(
+        "exchange-batch-check-counts-eval-mode-forwards",
+        "_exchange/batch_check.py",
+        (
+            (
+                "if not module.training or not torch.is_grad_enabled():",
+                "if not torch.is_grad_enabled():",
+            ),
+        ),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a forward in eval mode counts as training items: a right loop that evaluates is "
+        "warned about",
+    ),
+    Mutant(
+        "exchange-batch-check-never-forgives",
+        "_exchange/batch_check.py",
+        (("            self._misses = 0\n", ""),),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a short last batch now and then adds up to the warning: a right loop is warned about",
+    ),
+    Mutant(
+        "exchange-batch-check-unseen-step-resets",
+        "_exchange/batch_check.py",
+        (
+            (
+                "        if self.warned or not forwards:\n",
+                "        if not forwards:\n            self._misses = 0\n"
+                "        if self.warned or not forwards:\n",
+            ),
+        ),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a step whose forward the check could not see hides the slip: a loop that mixes them "
+        "is never warned",
+    ),
+    Mutant(
+        "exchange-batch-check-warns-every-step",
+        "_exchange/batch_check.py",
+        (("        if self.warned or not forwards:\n", "        if not forwards:\n"),),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "the warning repeats at every step after the patience: a log flooded",
+    ),
+    Mutant(
+        "exchange-batch-check-sum-only",
+        "_exchange/batch_check.py",
+        ((" or all(s == asked for s in sizes)", ""),),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a model that sees its batch twice (two views, a contrastive loss) is warned about",
+    ),
+    Mutant(
+        "exchange-batch-check-dimension-0-only",
+        "_exchange/batch_check.py",
+        (("    for dim in (0, 1):\n", "    for dim in (0,):\n"),),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a sequence-first model (batch on dimension 1) is warned about at every step",
+    ),
+    Mutant(
+        "exchange-batch-check-late",
+        "_exchange/batch_check.py",
+        (
+            (
+                "        if self._misses >= self.patience:\n",
+                "        if self._misses > self.patience:\n",
+            ),
+        ),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "the warning comes a step after the patience the docs give",
+    ),
+    Mutant(
         "exchange-pace-outlier-not-capped",
         "_exchange/pace.py",
         (("                interval = min(interval, OUTLIER * self.seconds_per_sample)\n", ""),),
@@ -1892,8 +2001,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/learner.py",
         (
             (
-                "            self._hook = self._optimizer.register_step_post_hook("
-                "self._optimizer_stepped)",
+                "            self._hooks.append(self._optimizer.register_step_post_hook("
+                "self._optimizer_stepped))",
                 "            pass",
             ),
         ),
@@ -1907,7 +2016,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "exchange-hook-outlives-the-with-block",
         "_exchange/learner.py",
-        (("            self._hook.remove()\n", "            pass\n"),),
+        (("            hook.remove()\n", "            pass\n"),),
         ("tests/torch/test_exchange_use.py::test_the_hook_goes_with_the_with_block",),
         "the optimizer keeps calling a left Exchange, and its steps raise after the with block",
     ),
@@ -1967,7 +2076,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-load-shared-skips-buffers",
-        "_exchange/learner.py",
+        "_exchange/loading.py",
         (
             (
                 'buffers=bool(settings.get("buffers", False))',
@@ -2057,8 +2166,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/options.py",
         (
             (
-                '        Patient(mailbox, patience, closing, f"exchange learner {learner!r}"),',
-                "        mailbox,",
+                '        Patient(counted, patience, closing, f"exchange learner {learner!r}"),',
+                "        counted,",
             ),
         ),
         (
