@@ -72,7 +72,8 @@ spawns them (``multiprocessing_context="spawn"``): use module-level functions fo
 
 from __future__ import annotations
 
-from gradientmail._exchange.learner import Exchange, load_shared
+from gradientmail._exchange.learner import Exchange
+from gradientmail._exchange.loading import load_shared
 from gradientmail._exchange.rules import Average, DelayedNesterov
 from gradientmail._exchange.stats import ExchangeStats, ExchangeTraffic, NoiseGain
 from gradientmail._torch_data.dataset import SharedQueueDataset

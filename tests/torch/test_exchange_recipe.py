@@ -20,71 +20,19 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradientmail import ConfigurationError, Mailbox, from_url  # noqa: E402
-from gradientmail._exchange.pace import Pace  # noqa: E402
 from gradientmail.torch import Exchange  # noqa: E402
-from tests.support.clock import FakeClock  # noqa: E402
 from tests.support.exchange_workers import flat, initial, integer_model, shared_now  # noqa: E402
+from tests.support.paced import (  # noqa: E402
+    BATCHES,
+    PACES,
+    SHARES,
+    UNIT,
+    applied,
+    learners,
+    settle_paces,
+)
 from tests.support.polling import wait_until  # noqa: E402
 from tests.support.rigs import Rig  # noqa: E402
-
-UNIT = 2.0**-10  # about a millisecond a step: exact in binary, so every weight is exact
-PACES = {"a": UNIT, "b": 2 * UNIT, "c": 4 * UNIT, "d": 4 * UNIT}
-BATCHES = {"a": 4, "b": 2, "c": 1, "d": 1}
-SHARES = {"a": 0.5, "b": 0.25, "c": 0.125, "d": 0.125}
-
-
-class Paced:
-    """One learner: an exact Exchange whose pace is a fake clock moved by each step."""
-
-    def __init__(self, box: Mailbox, name: str, pace: float, **options: Any) -> None:
-        self.name, self.pace = name, pace
-        self.model = integer_model()
-        self.exchange = Exchange(
-            self.model,
-            mailbox=box,
-            learner_id=name,
-            batch_size=4,
-            staleness=None,
-            max_staleness=None,
-            fragment_bytes=16,
-            **options,
-        )
-        self.clock = FakeClock(start=0.0)
-        self.exchange._work.pace = Pace(self.clock)
-        self.total = torch.zeros_like(initial())
-
-    def step(self, size: int = 0) -> None:
-        """One step of ``exchange.batch_size`` items that moves every parameter by ``-size``,
-        waiting until its exchange is applied (one exchange a step, in turn)."""
-        batch = self.exchange.batch_size
-        with torch.no_grad():
-            for p in self.model.parameters():
-                p -= size
-        self.total -= size
-        self.clock.advance(self.pace * batch)  # a step takes pace seconds per item
-        done = self.exchange.stats.exchanges
-        self.exchange.step()
-        wait_until(partial(_applied, self.exchange, done), 60, f"{self.name}'s exchange")
-        wait_until(self.exchange._handoff.settled, 60, f"{self.name}'s exchange thread")
-
-
-def _applied(exchange: Exchange, than: int) -> bool:
-    return exchange.stats.exchanges > than or exchange._handoff.error is not None
-
-
-def learners(box: Mailbox, stack: ExitStack, **options: Any) -> list[Paced]:
-    group = [Paced(box, name, pace, **options) for name, pace in PACES.items()]
-    for learner in group:
-        stack.enter_context(learner.exchange)
-    return group
-
-
-def settle_paces(group: list[Paced]) -> None:
-    """Steps that change nothing, until every learner knows everyone's pace."""
-    for _ in range(4):
-        for learner in group:
-            learner.step()
-    assert {x.name: x.exchange.batch_size for x in group} == BATCHES
 
 
 def test_the_group_batch_is_the_learners_batches_together_and_the_own_batch_alone() -> None:
@@ -177,12 +125,12 @@ def test_a_learner_adopts_the_version_others_applied_after_its_exchange() -> Non
         assert held.reached.wait(60), "a's exchange never read the head again"
         move(b_model, 10)
         b.step()
-        wait_until(partial(_applied, b, 0), 60, "b's exchange")
+        wait_until(partial(applied, b, 0), 60, "b's exchange")
         held.release.set()
         wait_until(a._handoff.settled, 60, "a's read of the newer version")
         a.step()  # adopts, and hands over an exchange of what changed since: nothing
         assert torch.equal(flat(a_model), initial() - 1 - 10)
-        wait_until(partial(_applied, a, 1), 60, "a's second exchange")
+        wait_until(partial(applied, a, 1), 60, "a's second exchange")
     assert torch.equal(shared_now(box), initial() - 1 - 10), "b's delta applied once"
 
 
@@ -199,12 +147,12 @@ def test_a_newer_version_read_too_late_is_not_adopted_over_the_next_exchange() -
         assert held.reached.wait(60)
         move(b_model, 10)
         b.step()
-        wait_until(partial(_applied, b, 0), 60, "b's exchange")
+        wait_until(partial(applied, b, 0), 60, "b's exchange")
         move(a_model, 100)
         a._handoff.next_step_at = 0.0
         a.step()  # adopts version 1 (the read is held) and hands over the next exchange
         held.release.set()  # the newer version is read only now
-        wait_until(partial(_applied, a, 1), 60, "a's second exchange")
+        wait_until(partial(applied, a, 1), 60, "a's second exchange")
         wait_until(a._handoff.settled, 60, "a's exchange thread")
         a.step()
     assert torch.equal(shared_now(box), initial() - 1 - 10 - 100)

@@ -1,7 +1,4 @@
-"""One learner's side of a shared model: join, exchange in the background, adopt, leave.
-
-Also :func:`load_shared`, the reader of a shared model for evaluation or export.
-"""
+"""One learner's side of a shared model: join, exchange in the background, adopt, leave."""
 
 from __future__ import annotations
 
@@ -14,9 +11,10 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from gradientmail._errors import ConfigurationError
+from gradientmail._exchange.batch_check import BatchCheck
 from gradientmail._exchange.gradients import GradientMeter, wants_gain
 from gradientmail._exchange.handoff import Handoff
-from gradientmail._exchange.layout import Keys, check_model, frozen_difference, shared_settings
+from gradientmail._exchange.layout import Keys, frozen_difference
 from gradientmail._exchange.options import (
     Settings,
     Storage,
@@ -26,18 +24,15 @@ from gradientmail._exchange.options import (
     stepping,
 )
 from gradientmail._exchange.pace import Work
-from gradientmail._exchange.reader import VersionReader
 from gradientmail._exchange.rules import OuterRule, resolve
 from gradientmail._exchange.stats import ExchangeStats
-from gradientmail._exchange.store import SharedStore
-from gradientmail._exchange.tensors import WIRE_DTYPES, ModelTensors, State, check_wire, difference
-from gradientmail._exchange.watch import HeadWatch
+from gradientmail._exchange.tensors import ModelTensors, State, difference
 from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail.backends._options import positive
 from gradientmail.mailbox import Mailbox
 from gradientmail.patterns._patience import DEFAULT_PATIENCE_S
 
-__all__ = ["Exchange", "load_shared"]
+__all__ = ["Exchange"]
 
 log = logging.getLogger("gradientmail.exchange")
 
@@ -169,6 +164,8 @@ class Exchange:
         self._optimizer = stepping(optimizer, model)
         meter = GradientMeter(model.parameters()) if wants_gain(gain, self._optimizer) else None
         self._work = Work(batch_size, self._handoff.applier.learner_id, self.every, meter=meter)
+        # Warns when the loop does not take the batch asked (with batch_size= only).
+        self._check = BatchCheck(self.learner_id) if batch_size is not None else None
         self._hooks: list[RemovableHandle] = []
         #: "new", then "entered", then "left": one with block per Exchange.
         self._phase = "new"
@@ -186,7 +183,10 @@ class Exchange:
         this learner's speed over the fastest active learner's, at least 1.
 
         Read it before each step and take exactly that many items: each learner then steps
-        at the fastest one's pace, and its deltas are weighted by the items they cover.
+        at the fastest one's pace, and its deltas are weighted by the items they cover. A
+        loop whose training forwards keep carrying another number of items (four steps
+        running) is warned about once (``RuntimeWarning``): its deltas would be weighted
+        as if it had taken this many.
 
         Raises:
             ConfigurationError: the Exchange was made without ``batch_size=``.
@@ -240,6 +240,8 @@ class Exchange:
         self._tensors.assign(state)
         handoff.start()
         self._phase = "entered"
+        if self._check is not None:
+            self._hooks.append(self._check.attach(self.model))
         if self._optimizer is not None:
             self._hooks.append(self._optimizer.register_step_post_hook(self._optimizer_stepped))
             if meter := self._work.meter:
@@ -293,6 +295,8 @@ class Exchange:
         with self._handoff.lock:
             self._handoff.raise_failure()
             self._since += 1
+            if self._check is not None:
+                self._check.stepped(self._work.batch)
             self._work.stepped()
             self._adopt_locked()
             if self._snapshot is None and self._since >= self.every:
@@ -361,39 +365,3 @@ class Exchange:
         self._snapshot = None
         if outcome.paces is not None:
             self._work.others = outcome.paces
-
-
-def load_shared(model: torch.nn.Module, mailbox: Mailbox, *, name: str = "model") -> int:
-    """Load the current shared parameters of ``name`` into ``model``; return their version.
-
-    Works on any mailbox (a plain read): for evaluation, export, or a model outside the run.
-
-    Raises:
-        ConfigurationError: no shared model of that name is in the mailbox, or ``model``
-            does not match it (the first difference is named).
-        InvalidDataError: the shared model's records are damaged (a version that cannot be
-            read, within a bounded time; a fragment of another length; a deleted head),
-            naming the keys.
-    """
-    keys = Keys(name)
-    layout = SharedStore(mailbox, keys, WIRE_DTYPES["float32"], 1, 1).read_layout()
-    if layout is None:
-        raise ConfigurationError(
-            f"{mailbox.url} holds no shared model named {name!r}: an Exchange publishes it "
-            "when its first learner enters"
-        )
-    settings = shared_settings(layout)
-    tensors = ModelTensors(model, buffers=bool(settings.get("buffers", False)))
-    check_model(layout, tensors.describe(), f"shared model {name!r}")
-    wire = check_wire(str(settings.get("wire")))
-    parts = int(settings.get("parts", 1))
-    elements = (tensors.numel * parts, tensors.count_numel)
-    store = SharedStore(mailbox, keys, wire, 1, 1, elements, watch=HeadWatch(keys.head))
-    got = VersionReader(store, versioned=False).current()
-    if got is None:
-        if store.stored_versions() > 0:
-            raise store.missing()
-        raise ConfigurationError(f"shared model {name!r} in {mailbox.url} has no version yet")
-    head, _version, state = got
-    tensors.assign(state)
-    return head.version
