@@ -298,6 +298,7 @@ def main() -> None:
     if args.save_lrs:
         Path(args.save_lrs).write_text(json.dumps(chosen, indent=1))
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    calm: list[dict[str, Any]] = []  # the static exchange of each seed, churn's reference
     for seed in range(args.seeds):
 
         def reference(method: str, seed: int = seed) -> float:
@@ -320,7 +321,9 @@ def main() -> None:
             report.print_seed(name, seed, results[name], args)
         if seed == 0 and "static" in results and "alone" in results["static"]:
             report.print_regime(task, args, results["static"]["alone"][0])
-    report.print_summary(results, args)
+        if "exchange" in results.get("churn", {}):  # run for the churn's timing: cached
+            calm.append(runner.run(base_plan(args, "exchange", seed, chosen["exchange"]["lr"])))
+    report.print_summary(results, args, calm)
 
 
 if __name__ == "__main__":

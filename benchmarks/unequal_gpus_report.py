@@ -218,7 +218,13 @@ def _paces(name: str) -> tuple[float, ...]:
     return PACES.get(name, PACES["static"])
 
 
-def print_summary(results: dict[str, dict[str, list[dict[str, Any]]]], args: Any) -> None:
+def print_summary(
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    args: Any,
+    calm: list[dict[str, Any]] | None = None,
+) -> None:
+    """Per scenario: the means over seeds, the exchange's costs and the goals; for churn,
+    the stall and final-loss checks against ``calm``, each seed's static exchange run."""
     size = sum(p.numel() for p in _MODELS[args.task].parameters()) * 4 if _MODELS else 1
     for name, methods in results.items():
         seeds = len(next(iter(methods.values())))
@@ -256,8 +262,8 @@ def print_summary(results: dict[str, dict[str, list[dict[str, Any]]]], args: Any
                         f"{_mean(rs, 'gain'):.2f}, the noise scale fitted {scale:.0f} items"
                     )
         _goals(name, rows, args)
-        if name == "churn" and "exchange" in methods and "exchange" in results.get("static", {}):
-            _churn(methods["exchange"], results["static"]["exchange"])
+        if name == "churn" and "exchange" in methods:
+            _churn(methods["exchange"], calm or [])
 
 
 def _churn(churned: list[dict[str, Any]], static: list[dict[str, Any]]) -> None:
