@@ -18,9 +18,9 @@ the fastest learner alone, and lockstep data parallel with batches in proportion
 (16 + 8 + 8 + 4 sequences a step, every rank busy for the same time: the best a
 synchronous job can do, which needs a profiler or a coordinator). Each method runs at its
 own best lr (``LR_FACTORS``; ``--lr-factors shared=1`` runs the shared model at the plain
-square-root rule). ``--independent`` trains four separate models instead. For DDP itself, see ``train_ddp.py``; for a preprocessing
-job, ``preprocess.py``; for a measured comparison with each method's lr tuned,
-``benchmarks/unequal_gpus.py``.
+square-root rule). ``--independent`` trains four separate models instead. For DDP itself,
+see ``train_ddp.py``; for a preprocessing job, ``preprocess.py``; for a measured
+comparison with each method's lr tuned, ``benchmarks/unequal_gpus.py``.
 
     python examples/train_shared_queue.py            # about 30 s; no network, no GPU
     gradientmail status URL --plot run.png            # the command it prints at the end

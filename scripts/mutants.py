@@ -247,11 +247,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/learner.py",
         (
             (
-                "                self._check.stepped(self._work.batch)\n"
+                "            slip = self._check.stepped(self._work.batch) "
+                "if self._check else None\n"
                 "            self._work.stepped()\n",
-                "                pass\n            self._work.stepped()\n"
-                "            if self._check is not None:\n"
-                "                self._check.stepped(self._work.batch)\n",
+                "            self._work.stepped()\n"
+                "            slip = self._check.stepped(self._work.batch) "
+                "if self._check else None\n",
             ),
         ),
         ("tests/torch/test_exchange_batch_check.py",),
@@ -328,7 +329,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "exchange-batch-check-sum-only",
         "_exchange/batch_check.py",
-        ((" or all(s == asked for s in sizes)", ""),),
+        ((" or (len(set(sizes)) == 1 and sizes[0] in asked)", ""),),
         ("tests/torch/test_exchange_batch_check.py",),
         "a model that sees its batch twice (two views, a contrastive loss) is warned about",
     ),
@@ -340,12 +341,39 @@ MUTANTS: tuple[Mutant, ...] = (
         "a sequence-first model (batch on dimension 1) is warned about at every step",
     ),
     Mutant(
+        "exchange-batch-check-this-step-only",
+        "_exchange/batch_check.py",
+        (("deque(maxlen=recent)", "deque(maxlen=1)"),),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a loader that reads exchange.batch_size a few steps ahead (a sampler feeding "
+        "prefetching workers) is warned about at every resize",
+    ),
+    Mutant(
+        "exchange-batch-check-reads-nested-sizes",
+        "_exchange/batch_check.py",
+        (("if first is None or first.is_nested or ", "if first is None or "),),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a model fed nested tensors raises out of its own forward once the Exchange is entered",
+    ),
+    Mutant(
+        "exchange-batch-check-refuses-torchscript",
+        "_exchange/batch_check.py",
+        (
+            (
+                "        except RuntimeError:\n            return None\n",
+                "        finally:\n            pass\n",
+            ),
+        ),
+        ("tests/torch/test_exchange_batch_check.py",),
+        "a TorchScript model (no hooks) can no longer enter an Exchange with batch_size=",
+    ),
+    Mutant(
         "exchange-batch-check-late",
         "_exchange/batch_check.py",
         (
             (
-                "        if self._misses >= self.patience:\n",
-                "        if self._misses > self.patience:\n",
+                "        if self._misses < self.patience:\n",
+                "        if self._misses <= self.patience:\n",
             ),
         ),
         ("tests/torch/test_exchange_batch_check.py",),

@@ -24,6 +24,8 @@ from tests.support.polling import wait_until
 UNIT = 2.0**-10  # about a millisecond a step: exact in binary, so every weight is exact
 PACES = {"a": UNIT, "b": 2 * UNIT, "c": 4 * UNIT, "d": 4 * UNIT}
 BATCHES = {"a": 4, "b": 2, "c": 1, "d": 1}
+#: The positions of an item fed through a learner's forward: never a batch size here.
+WIDTH = 7
 SHARES = {"a": 0.5, "b": 0.25, "c": 0.125, "d": 0.125}
 
 
@@ -51,10 +53,11 @@ class Paced:
         """One step of ``exchange.batch_size`` items that moves every parameter by ``-size``,
         waiting until its exchange is applied (one exchange a step, in turn). ``took``: the
         step's one training forward of the model carries that many items (the clock moves
-        by the batch asked all the same, so the paces stay put)."""
+        by the batch asked all the same, so the paces stay put), as rows of ``WIDTH``
+        positions: no batch asked is ever read off the other dimension by chance."""
         batch = self.exchange.batch_size
         if took is not None:
-            self.model(torch.zeros(took, SHAPE[1]))
+            self.model(torch.zeros(took, WIDTH, SHAPE[1]))
         with torch.no_grad():
             for p in self.model.parameters():
                 p -= size

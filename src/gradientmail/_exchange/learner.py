@@ -240,8 +240,8 @@ class Exchange:
         self._tensors.assign(state)
         handoff.start()
         self._phase = "entered"
-        if self._check is not None:
-            self._hooks.append(self._check.attach(self.model))
+        if self._check is not None and (watching := self._check.attach(self.model)):
+            self._hooks.append(watching)
         if self._optimizer is not None:
             self._hooks.append(self._optimizer.register_step_post_hook(self._optimizer_stepped))
             if meter := self._work.meter:
@@ -295,14 +295,16 @@ class Exchange:
         with self._handoff.lock:
             self._handoff.raise_failure()
             self._since += 1
-            if self._check is not None:
-                self._check.stepped(self._work.batch)
+            # judged against the batch asked before this step, not the next one's
+            slip = self._check.stepped(self._work.batch) if self._check else None
             self._work.stepped()
             self._adopt_locked()
             if self._snapshot is None and self._since >= self.every:
                 self._submit_locked(leaving=False)
             self._handoff.next_step_at = self._work.next_step_at()
             self._handoff.tally.stepped(time.perf_counter() - began)
+        if slip is not None:  # once the step is counted whole: warnings may be errors
+            warnings.warn(slip, RuntimeWarning, stacklevel=3)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         for hook in self._hooks:
