@@ -243,6 +243,76 @@ MUTANTS: tuple[Mutant, ...] = (
         "less often and their deltas go stale",
     ),
     Mutant(
+        "exchange-liveness-ignored",
+        "_exchange/applier.py",
+        (
+            (
+                "if name != self.learner_id and self.liveness.live(name, head.learners[name])",
+                "if name != self.learner_id",
+            ),
+        ),
+        ("tests/torch/test_exchange_liveness.py",),
+        "a learner killed without leaving stays in the group's batch for active_window (10 "
+        "minutes): every live learner's delta weighs less than its share meanwhile",
+    ),
+    Mutant(
+        "exchange-liveness-no-floor",
+        "_exchange/liveness.py",
+        (("max(FLOOR, FACTOR * usual)", "FACTOR * usual"),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "a learner with short steps drops out of the group at its first hiccup of a few "
+        "tens of milliseconds",
+    ),
+    Mutant(
+        "exchange-liveness-pace-ignored",
+        "_exchange/liveness.py",
+        (
+            (
+                "usual = max(seen.usual, pace.step_seconds * max(1, pace.every))",
+                "usual = seen.usual",
+            ),
+        ),
+        ("tests/torch/test_exchange_liveness.py",),
+        "a slow learner, seen once, drops out of the group after a second between its steps",
+    ),
+    Mutant(
+        "exchange-liveness-every-ignored",
+        "_exchange/liveness.py",
+        (("pace.step_seconds * max(1, pace.every)", "pace.step_seconds"),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "a learner exchanging every 10 steps drops out of the group between its exchanges",
+    ),
+    Mutant(
+        "exchange-liveness-observed-intervals-ignored",
+        "_exchange/liveness.py",
+        (("usual = max(seen.usual, ", "usual = max(0.0, "),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "on a slow store, whose exchanges take longer than ten steps, every other learner "
+        "looks dead between its exchanges",
+    ),
+    Mutant(
+        "exchange-liveness-pause-counted-whole",
+        "_exchange/liveness.py",
+        (("                interval = min(interval, OUTLIER * seen.usual)\n", ""),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "after one long pause a learner's death goes unnoticed for ten times that pause",
+    ),
+    Mutant(
+        "exchange-liveness-interval-per-read",
+        "_exchange/liveness.py",
+        ((" / (entry.seq - seen.seq)", ""),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "an observer that reads rarely takes a learner's exchanges for as rare as its reads",
+    ),
+    Mutant(
+        "exchange-liveness-silence-from-first-sight",
+        "_exchange/liveness.py",
+        (("seen.seq, seen.moved_at = entry.seq, now", "seen.seq = entry.seq"),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "silence counts from when a learner was first seen, not from its last exchange: "
+        "every learner drops out of the group as the run goes on",
+    ),
+    Mutant(
         "exchange-batch-check-judges-the-next-batch",
         "_exchange/learner.py",
         (

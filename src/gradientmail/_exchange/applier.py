@@ -18,6 +18,7 @@ import torch
 
 from gradientmail._errors import InvalidDataError, LeaseLostError, OutcomeUnknownError
 from gradientmail._exchange.layout import Head, start_over
+from gradientmail._exchange.liveness import Liveness
 from gradientmail._exchange.membership import Membership
 from gradientmail._exchange.noise import noise_gain, noise_scale
 from gradientmail._exchange.pace import GroupPace, LearnerPace, Progress
@@ -75,6 +76,9 @@ class Applier:
         self.tally: Tally = membership.tally
         self.outer = outer
         self.active_window = active_window
+        #: Which others still exchange: a learner killed without leaving drops out of the
+        #: group's batch long before ``active_window`` ends.
+        self.liveness = Liveness()
         self.layout = layout
         self.numel = int(layout["numel"])
         self.seq = 0
@@ -232,11 +236,12 @@ class Applier:
         self.anchor_version = version
 
     def _paces(self, head: Head, now: float) -> dict[str, LearnerPace]:
-        """The other active learners' paces, as ``head`` records them."""
+        """The other active learners' paces, as ``head`` records them: those that exchanged
+        within ``active_window`` and still do (:class:`Liveness`)."""
         return {
             name: head.learners[name].pace
             for name in head.active_learners(now, self.active_window)
-            if name != self.learner_id
+            if name != self.learner_id and self.liveness.live(name, head.learners[name])
         }
 
     def _overtaken(self, head: Head) -> bool:
