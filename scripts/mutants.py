@@ -243,12 +243,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "less often and their deltas go stale",
     ),
     Mutant(
-        "exchange-liveness-ignored",
+        "exchange-liveness-not-wired",
         "_exchange/applier.py",
         (
             (
-                "if name != self.learner_id and self.liveness.live(name, head.learners[name])",
-                "if name != self.learner_id",
+                "and self.liveness.live(name, entry, head.version, expected[name])",
+                "and True",
             ),
         ),
         ("tests/torch/test_exchange_liveness.py",),
@@ -256,24 +256,47 @@ MUTANTS: tuple[Mutant, ...] = (
         "minutes): every live learner's delta weighs less than its share meanwhile",
     ),
     Mutant(
+        "exchange-liveness-never-dead",
+        "_exchange/liveness.py",
+        (("        return version - seen.version <= FACTOR * usual\n", "        return True\n"),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "nobody ever leaves the group before active_window ends",
+    ),
+    Mutant(
         "exchange-liveness-no-floor",
         "_exchange/liveness.py",
-        (("max(FLOOR, FACTOR * usual)", "FACTOR * usual"),),
+        (("usual = max(1.0, seen.usual, expected)", "usual = max(seen.usual, expected)"),),
         ("tests/torch/test_exchange_liveness.py",),
-        "a learner with short steps drops out of the group at its first hiccup of a few "
-        "tens of milliseconds",
+        "a learner seen once, with no pace yet, drops out of the group at the next version",
     ),
     Mutant(
         "exchange-liveness-pace-ignored",
         "_exchange/liveness.py",
+        (("usual = max(1.0, seen.usual, expected)", "usual = max(1.0, seen.usual)"),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "a slow learner, seen once, drops out of the group after ten versions made by the "
+        "faster ones, before its next exchange",
+    ),
+    Mutant(
+        "exchange-liveness-observed-intervals-ignored",
+        "_exchange/liveness.py",
+        (("usual = max(1.0, seen.usual, expected)", "usual = max(1.0, expected)"),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "on a slow store, or with a learner whose exchanges are coalesced, a live learner "
+        "drops out of the group between its exchanges",
+    ),
+    Mutant(
+        "exchange-liveness-expected-in-seconds",
+        "_exchange/liveness.py",
         (
             (
-                "usual = max(seen.usual, pace.step_seconds * max(1, pace.every))",
-                "usual = seen.usual",
+                "rate * _interval(e.pace) if e.pace.measured else 0.0",
+                "_interval(e.pace) if e.pace.measured else 0.0",
             ),
         ),
         ("tests/torch/test_exchange_liveness.py",),
-        "a slow learner, seen once, drops out of the group after a second between its steps",
+        "the versions a learner's pace implies are taken for its seconds: a slow learner "
+        "drops out before its first intervals are observed",
     ),
     Mutant(
         "exchange-liveness-every-ignored",
@@ -283,31 +306,36 @@ MUTANTS: tuple[Mutant, ...] = (
         "a learner exchanging every 10 steps drops out of the group between its exchanges",
     ),
     Mutant(
-        "exchange-liveness-observed-intervals-ignored",
-        "_exchange/liveness.py",
-        (("usual = max(seen.usual, ", "usual = max(0.0, "),),
-        ("tests/torch/test_exchange_liveness.py",),
-        "on a slow store, whose exchanges take longer than ten steps, every other learner "
-        "looks dead between its exchanges",
-    ),
-    Mutant(
         "exchange-liveness-pause-counted-whole",
         "_exchange/liveness.py",
-        (("                interval = min(interval, OUTLIER * seen.usual)\n", ""),),
+        (("min(interval, OUTLIER * usual)", "interval"),),
         ("tests/torch/test_exchange_liveness.py",),
         "after one long pause a learner's death goes unnoticed for ten times that pause",
     ),
     Mutant(
         "exchange-liveness-interval-per-read",
         "_exchange/liveness.py",
-        ((" / (entry.seq - seen.seq)", ""),),
+        ((" / max(1, entry.seq - seen.seq)", ""),),
         ("tests/torch/test_exchange_liveness.py",),
         "an observer that reads rarely takes a learner's exchanges for as rare as its reads",
     ),
     Mutant(
+        "exchange-liveness-interval-from-first-sight",
+        "_exchange/liveness.py",
+        (("            if seen.moved:\n", "            if True:\n"),),
+        ("tests/torch/test_exchange_liveness.py",),
+        "the partial gap from first sight to the first exchange sets the usual interval: a "
+        "learner seen just before it exchanged looks dead between its next exchanges",
+    ),
+    Mutant(
         "exchange-liveness-silence-from-first-sight",
         "_exchange/liveness.py",
-        (("seen.seq, seen.moved_at = entry.seq, now", "seen.seq = entry.seq"),),
+        (
+            (
+                "seen.seq, seen.version, seen.moved = entry.seq, version, True",
+                "seen.seq, seen.moved = entry.seq, True",
+            ),
+        ),
         ("tests/torch/test_exchange_liveness.py",),
         "silence counts from when a learner was first seen, not from its last exchange: "
         "every learner drops out of the group as the run goes on",
@@ -2048,7 +2076,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "tests/torch/test_exchange.py::"
-            "test_a_fresh_delta_never_moves_the_shared_model_by_more_than_its_own_size",
+            "test_an_outer_lr_is_the_fraction_of_a_fresh_delta_applied",
         ),
         "a fresh delta with an explicit outer_lr is amplified past its own size",
     ),

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 
 from gradientmail import Mailbox
-from gradientmail._exchange.liveness import Liveness
 from gradientmail._exchange.pace import Pace
 from gradientmail.torch import Exchange
 from tests.support.clock import FakeClock
@@ -48,9 +47,6 @@ class Paced:
         )
         self.clock = FakeClock(start=0.0)
         self.exchange._work.pace = Pace(self.clock)
-        # Others' liveness on the same driven clock: a slow test machine never makes a
-        # learner look dead; a test that stops one advances the clock past the limit.
-        self.exchange._handoff.applier.liveness = Liveness(self.clock)
         self.total = torch.zeros_like(initial())
 
     def step(self, size: int = 0, took: int | None = None) -> None:

@@ -18,7 +18,7 @@ import torch
 
 from gradientmail._errors import InvalidDataError, LeaseLostError, OutcomeUnknownError
 from gradientmail._exchange.layout import Head, start_over
-from gradientmail._exchange.liveness import Liveness
+from gradientmail._exchange.liveness import Liveness, expected_versions
 from gradientmail._exchange.membership import Membership
 from gradientmail._exchange.noise import noise_gain, noise_scale
 from gradientmail._exchange.pace import GroupPace, LearnerPace, Progress
@@ -238,10 +238,15 @@ class Applier:
     def _paces(self, head: Head, now: float) -> dict[str, LearnerPace]:
         """The other active learners' paces, as ``head`` records them: those that exchanged
         within ``active_window`` and still do (:class:`Liveness`)."""
+        active = {
+            name: head.learners[name] for name in head.active_learners(now, self.active_window)
+        }
+        expected = expected_versions(active)
         return {
-            name: head.learners[name].pace
-            for name in head.active_learners(now, self.active_window)
-            if name != self.learner_id and self.liveness.live(name, head.learners[name])
+            name: entry.pace
+            for name, entry in active.items()
+            if name != self.learner_id
+            and self.liveness.live(name, entry, head.version, expected[name])
         }
 
     def _overtaken(self, head: Head) -> bool:

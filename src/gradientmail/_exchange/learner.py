@@ -90,8 +90,8 @@ class Exchange:
         name, keep: the shared model's name (several may share a mailbox); versions kept.
         active_window: seconds after its last exchange a learner stops counting as active
             (600 by default; ``lease=`` is its former name, deprecated). Within it, a
-            learner whose exchanges stopped for ten of its usual intervals (at least 1 s)
-            is left out of the group's batch and shares until it exchanges again.
+            learner is left out of the group's batch and shares once the others made ten
+            of its usual intervals' worth of versions without it, until it exchanges again.
         patience: seconds each request to the store rides out an outage, from its first
             failure (as a shared queue does for its lease); meanwhile steps go on without
             exchanging, and past it the next step raises the store's error.
