@@ -103,10 +103,17 @@ def swapping(boxes: tuple[FileMailbox, FileMailbox]) -> tuple[FileMailbox, FileM
 # -- a delete against a swap of the same key ------------------------------------------------------
 
 
+@pytest.mark.parametrize("sibling", [False, True], ids=["alone", "beside-a-sibling"])
 def test_a_delete_inside_a_swap_makes_it_read_again_and_fail(
-    swapping: tuple[FileMailbox, FileMailbox, Version], monkeypatch: pytest.MonkeyPatch
+    swapping: tuple[FileMailbox, FileMailbox, Version],
+    monkeypatch: pytest.MonkeyPatch,
+    sibling: bool,
 ) -> None:
+    # Beside a sibling the key's folder outlives the delete: alone, the folder's removal
+    # would fail the swap's rename by itself, whether or not the delete cancelled the swap.
     box, other, version = swapping
+    if sibling:
+        box.put(KEY + "-sibling", b"stays")
     fired = _hook(monkeypatch, "rename", _placing, lambda: _run(lambda: other.delete(KEY)))
     swapped = box.put_if_match(KEY, b"swapped", version)
     monkeypatch.undo()
@@ -115,10 +122,15 @@ def test_a_delete_inside_a_swap_makes_it_read_again_and_fail(
     assert _value(box) is None
 
 
+@pytest.mark.parametrize("sibling", [False, True], ids=["alone", "beside-a-sibling"])
 def test_a_delete_then_a_create_inside_a_swap_keep_the_created_bytes(
-    swapping: tuple[FileMailbox, FileMailbox, Version], monkeypatch: pytest.MonkeyPatch
+    swapping: tuple[FileMailbox, FileMailbox, Version],
+    monkeypatch: pytest.MonkeyPatch,
+    sibling: bool,
 ) -> None:
     box, other, version = swapping
+    if sibling:  # the key's folder outlives the delete (see the test above)
+        box.put(KEY + "-sibling", b"stays")
     created: list[bool] = []
 
     def delete_then_create() -> None:
