@@ -439,14 +439,18 @@ def test_the_default_rule_keeps_a_fresh_deltas_progress_and_averages_one_of_norm
         assert torch.equal(shared_now(box), initial() - 4 - 2)
 
 
-def test_an_outer_lr_is_the_fraction_of_a_fresh_delta_applied() -> None:
+@pytest.mark.parametrize(("outer_lr", "moved"), [(0.5, 2), (2.0, 4)])
+def test_an_outer_lr_is_the_fraction_of_a_fresh_delta_applied(outer_lr: float, moved: int) -> None:
     """``outer_lr`` given is the fraction of each delta applied, whatever the learners'
-    samples: with four learners joined, a fresh delta of 4 moves the shared model by 2."""
-    box = from_url("memory://exchange-weight-cap")
+    samples: with four learners joined, a fresh delta of 4 moves the shared model by 2 at
+    0.5; at 2.0 by 4, never by more than the delta's own size."""
+    box = from_url(f"memory://exchange-weight-cap-{outer_lr}")
     models = [integer_model() for _ in range(4)]
     with ExitStack() as stack:
         first, *_ = [
-            stack.enter_context(Exchange(m, mailbox=box, learner_id=f"l{i}", every=1, outer_lr=0.5))
+            stack.enter_context(
+                Exchange(m, mailbox=box, learner_id=f"l{i}", every=1, outer_lr=outer_lr)
+            )
             for i, m in enumerate(models)
         ]
         with torch.no_grad():
@@ -454,7 +458,7 @@ def test_an_outer_lr_is_the_fraction_of_a_fresh_delta_applied() -> None:
                 p -= 4
         first.step()
         wait_until(partial(_more, first, 0), 60, "the exchange")
-        assert torch.equal(shared_now(box), initial() - 2)  # 0.5 * 4, not boosted for freshness
+        assert torch.equal(shared_now(box), initial() - moved)  # not boosted for freshness
 
 
 # -- stability -----------------------------------------------------------------------------------
