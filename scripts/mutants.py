@@ -290,8 +290,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/liveness.py",
         (
             (
-                "rate * _interval(e.pace) if e.pace.measured else 0.0",
-                "_interval(e.pace) if e.pace.measured else 0.0",
+                "rate * e.pace.exchange_seconds if e.pace.measured else 0.0",
+                "e.pace.exchange_seconds if e.pace.measured else 0.0",
             ),
         ),
         ("tests/torch/test_exchange_liveness.py",),
@@ -300,8 +300,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-liveness-every-ignored",
-        "_exchange/liveness.py",
-        (("pace.step_seconds * max(1, pace.every)", "pace.step_seconds"),),
+        "_exchange/pace.py",
+        (("return self.step_seconds * max(1, self.every)", "return self.step_seconds"),),
         ("tests/torch/test_exchange_liveness.py",),
         "a learner exchanging every 10 steps drops out of the group between its exchanges",
     ),

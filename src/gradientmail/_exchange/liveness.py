@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gradientmail._exchange.layout import LearnerEntry
-from gradientmail._exchange.pace import LearnerPace
 
 __all__ = ["FACTOR", "OUTLIER", "Liveness", "expected_versions"]
 
@@ -110,12 +109,8 @@ def expected_versions(entries: Mapping[str, LearnerEntry]) -> dict[str, float]:
     """The versions the group makes per exchange of each learner, from the published paces:
     the group's exchanges per second times the learner's seconds between two exchanges
     (0 for a learner whose pace is not measured yet, which adds no exchanges either)."""
-    rate = sum(1.0 / _interval(e.pace) for e in entries.values() if e.pace.measured)
+    rate = sum(1.0 / e.pace.exchange_seconds for e in entries.values() if e.pace.measured)
     return {
-        name: rate * _interval(e.pace) if e.pace.measured else 0.0 for name, e in entries.items()
+        name: rate * e.pace.exchange_seconds if e.pace.measured else 0.0
+        for name, e in entries.items()
     }
-
-
-def _interval(pace: LearnerPace) -> float:
-    """Seconds between two exchanges at ``pace`` (measured): ``every`` steps."""
-    return pace.step_seconds * max(1, pace.every)

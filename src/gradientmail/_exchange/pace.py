@@ -66,6 +66,11 @@ class LearnerPace:
         return self.batch * self.seconds_per_sample
 
     @property
+    def exchange_seconds(self) -> float:
+        """Seconds between two of its exchanges: ``every`` steps."""
+        return self.step_seconds * max(1, self.every)
+
+    @property
     def measured(self) -> bool:
         return self.batch > 0 and self.seconds_per_sample > 0
 
@@ -157,11 +162,9 @@ class GroupPace:
         mine = self.paces.get(self.me)
         if mine is None:
             return float(len(self.paces))
-        own_rate = 1.0 / (mine.step_seconds * max(1, mine.every))
+        own_rate = 1.0 / mine.exchange_seconds
         return sum(
-            1.0 / (p.step_seconds * max(1, p.every)) / own_rate
-            for name, p in self.paces.items()
-            if name != self.me
+            1.0 / p.exchange_seconds / own_rate for name, p in self.paces.items() if name != self.me
         )
 
     def learners(self) -> Iterable[str]:
