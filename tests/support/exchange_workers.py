@@ -143,3 +143,34 @@ def totals_of_threads(learner: Callable[[int], int], count: int) -> dict[int, in
     assert not errors, errors
     assert len(totals) == count, "every learner finished"
     return totals
+
+
+def recipe_steps(box: Mailbox, learner: str, out: str, stop: str, item_s: float) -> None:
+    """Train with ``batch_size=4`` at ``item_s`` seconds an item until the file ``stop``
+    exists; after each step append ``{"steps", "batch", "group_batch"}`` to ``out`` as a
+    line, so a test sees whom this learner counts in the group's batch."""
+    from gradientmail.torch import Exchange
+
+    model = integer_model()
+    with Exchange(model, mailbox=box, learner_id=learner, batch_size=4) as exchange:
+        steps = 0
+        while not Path(stop).exists():
+            time.sleep(item_s * exchange.batch_size)  # pacing: its compute, not synchronisation
+            exchange.step()
+            steps += 1
+            line = {
+                "steps": steps,
+                "batch": exchange.batch_size,
+                "group_batch": exchange.group_batch,
+            }
+            with Path(out).open("a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+def reports(out: str) -> list[dict[str, Any]]:
+    """The lines ``recipe_steps`` wrote to ``out`` so far (a line being written is left)."""
+    try:
+        text = Path(out).read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
