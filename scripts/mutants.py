@@ -243,6 +243,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "less often and their deltas go stale",
     ),
     Mutant(
+        "exchange-wrapper-names-kept",
+        "_exchange/layout.py",
+        (('        name = name.partition(".")[2]', "        break"),),
+        ("tests/torch/test_exchange_shared_state.py",),
+        "a learner that compiles its model (torch.compile) or wraps it (DataParallel) is "
+        "refused by the others' shared model, though its parameters are the same",
+    ),
+    Mutant(
+        "exchange-wrapper-frozen-names-kept",
+        "_exchange/layout.py",
+        (('here = {unwrapped(name) for name in mine["frozen"]}', 'here = set(mine["frozen"])'),),
+        ("tests/torch/test_exchange_shared_state.py",),
+        "a compiled learner that freezes the same parameters as the others is warned that it "
+        "freezes different ones",
+    ),
+    Mutant(
         "exchange-liveness-not-wired",
         "_exchange/applier.py",
         (

@@ -3,7 +3,8 @@
 Buffers travel with the parameters (floating ones under the outer rule, integer ones as
 their largest value); the options that decide how the shared model moves are recorded in
 its layout and refused when a learner asks for others; frozen parameters that differ
-between learners are warned about; and a ``bfloat16`` wire stores the shared weights in
+between learners are warned about; a model compiled or wrapped on one learner and plain on
+another is the same model; and a ``bfloat16`` wire stores the shared weights in
 bf16, as the docs say.
 """
 
@@ -18,7 +19,13 @@ torch = pytest.importorskip("torch")
 
 from gradientmail import ConfigurationError, Mailbox, from_url  # noqa: E402 - after importorskip
 from gradientmail.torch import Exchange, load_shared  # noqa: E402
-from tests.support.exchange_workers import exact_exchange, integer_model  # noqa: E402
+from tests.support.exchange_workers import (  # noqa: E402
+    exact_exchange,
+    flat,
+    initial,
+    integer_model,
+    shared_now,
+)
 
 
 class Counted(torch.nn.Module):
@@ -237,3 +244,65 @@ def test_a_bf16_wire_stores_the_shared_weights_in_bf16_and_never_moves_a_frozen_
     final = shared_bits(box)
     assert torch.equal(final[-64:], published[-64:]), "the frozen bias never moved again"
     assert not torch.equal(final[:-64], published[:-64]), "the weight trained"
+
+
+# -- wrapped models ----------------------------------------------------------------------------
+
+
+def frozen_bias(model: Any) -> Any:
+    model.bias.requires_grad_(False)
+    return model
+
+
+def test_a_compiled_a_wrapped_and_a_plain_learner_train_one_model() -> None:
+    """``torch.compile`` names every parameter ``_orig_mod.*``, ``DataParallel`` and
+    ``DistributedDataParallel`` ``module.*``: the parameters are the same, so a fleet where
+    some GPUs compile (or wrap) and others cannot is one model, frozen parameters alike."""
+    box = from_url("memory://exchange-wrapped")
+    plain = frozen_bias(integer_model())
+    compiled = torch.compile(frozen_bias(integer_model()), backend="eager")
+    wrapped = torch.nn.DataParallel(frozen_bias(integer_model()))  # no GPU: wraps only
+    assert [n for n, _ in compiled.named_parameters()] == ["_orig_mod.weight", "_orig_mod.bias"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # frozen alike: no warning either
+        with (
+            exact_exchange(plain, box, "plain", every=1) as a,
+            exact_exchange(compiled, box, "compiled", every=1) as b,
+            exact_exchange(wrapped, box, "wrapped", every=1) as c,
+        ):
+            for model, exchange, size in ((compiled, b, 1), (wrapped, c, 2), (plain, a, 4)):
+                with torch.no_grad():
+                    model.get_parameter(
+                        next(n for n, _ in model.named_parameters() if n.endswith("weight"))
+                    ).sub_(size)
+                exchange.step()
+    moved = initial().clone()
+    moved[: 3 * 4] -= 7  # the weight, by each learner's change once; the bias stays
+    assert torch.equal(shared_now(box), moved)
+    evaluated = torch.compile(integer_model(), backend="eager")
+    load_shared(evaluated, box)
+    assert torch.equal(flat(evaluated), moved)
+
+
+def test_a_wrapped_model_unlike_the_shared_one_is_still_refused_by_its_plain_name() -> None:
+    box = from_url("memory://exchange-wrapped-unlike")
+    with Exchange(integer_model(), mailbox=box, learner_id="a"):
+        pass
+    other = torch.compile(torch.nn.Linear(4, 2), backend="eager")
+    with (
+        pytest.raises(ConfigurationError, match=r"parameter 0: this model has weight \(2, 4\)"),
+        Exchange(other, mailbox=box, learner_id="b"),
+    ):
+        pass
+
+
+def test_a_model_in_another_dtype_is_refused_naming_the_cast() -> None:
+    box = from_url("memory://exchange-dtype")
+    with Exchange(integer_model(), mailbox=box, learner_id="a"):
+        pass
+    half = integer_model().to(torch.bfloat16)
+    with (
+        pytest.raises(ConfigurationError, match=r"bfloat16.*model\.to\(torch\.float32\)"),
+        Exchange(half, mailbox=box, learner_id="b"),
+    ):
+        pass

@@ -99,28 +99,52 @@ def shared_settings(layout: dict[str, Any]) -> dict[str, Any]:
     return {name: layout[name] for name in _LEGACY_SETTINGS if name in layout}
 
 
+#: What a wrapper puts before every parameter's name, leaving the parameters themselves as
+#: they are: ``torch.compile`` (``_orig_mod.``), ``DistributedDataParallel`` and
+#: ``DataParallel`` (``module.``). Models are compared without them, so one learner may
+#: compile or wrap its model while another does not.
+WRAPPER_PREFIXES = ("_orig_mod.", "module.")
+
+
+def unwrapped(name: str) -> str:
+    """``name`` without the prefixes that wrappers put before it."""
+    while name.startswith(WRAPPER_PREFIXES):
+        name = name.partition(".")[2]
+    return name
+
+
+def _plain(described: list[list[Any]]) -> list[list[Any]]:
+    return [[unwrapped(name), *rest] for name, *rest in described]
+
+
 def _first_difference(mine: list[list[Any]], shared: list[list[Any]], what: str) -> str:
     """The first tensor in which two descriptions differ, in words."""
     for index, (a, b) in enumerate(zip(mine, shared, strict=False)):
         if a != b:
-            return (
+            found = (
                 f"{what} {index}: this model has {a[0]} {tuple(a[1])} {a[2]}, the shared "
                 f"one {b[0]} {tuple(b[1])} {b[2]}"
             )
+            if a[:2] == b[:2]:  # only the dtype differs
+                found += (
+                    f" (hold the model in {b[2]} on every learner, model.to(torch.{b[2]}); "
+                    f"torch.autocast trains in lower precision with {b[2]} parameters)"
+                )
+            return found
     return f"this model has {len(mine)} {what}s, the shared one {len(shared)}"
 
 
 def check_model(stored: dict[str, Any], mine: dict[str, Any], where: str) -> None:
     """The one check that a model matches a shared model's layout record: its parameters,
-    then its shared buffers.
+    then its shared buffers, each by name (without a wrapper's prefix), shape and dtype.
 
     Raises:
         ConfigurationError: names, shapes or dtypes differ, naming the first difference.
     """
     for field_name, what in (("params", "parameter"), ("buffers", "buffer")):
-        shared = stored.get(field_name) or []
-        if shared != mine[field_name]:
-            difference = _first_difference(mine[field_name], shared, what)
+        shared, here = _plain(stored.get(field_name) or []), _plain(mine[field_name])
+        if shared != here:
+            difference = _first_difference(here, shared, what)
             raise ConfigurationError(
                 f"this model does not match {where}: {difference}. Pass the same model, or "
                 "another name= for a second shared model"
@@ -150,7 +174,8 @@ def frozen_difference(stored: dict[str, Any], mine: dict[str, Any]) -> str | Non
     that started the shared model, and the reverse; ``None`` when they agree."""
     if "frozen" not in stored:
         return None  # a layout from before frozen parameters were recorded
-    here, there = set(mine["frozen"]), set(stored["frozen"])
+    here = {unwrapped(name) for name in mine["frozen"]}
+    there = {unwrapped(name) for name in stored["frozen"]}
     parts = []
     if here - there:
         parts.append(
