@@ -243,6 +243,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "less often and their deltas go stale",
     ),
     Mutant(
+        "exchange-sampler-size-read-once",
+        "_exchange/sampler.py",
+        (
+            (
+                "                batch = []\n                size = self.exchange.batch_size\n",
+                "                batch = []\n",
+            ),
+        ),
+        ("tests/torch/test_exchange_sampler.py",),
+        "a DataLoader keeps the batch size asked when its epoch began: a learner that slows "
+        "(or a new fastest one) changes nothing until the next epoch",
+    ),
+    Mutant(
+        "exchange-sampler-drop-last-ignored",
+        "_exchange/sampler.py",
+        (("if batch and not self.drop_last:", "if batch:"),),
+        ("tests/torch/test_exchange_sampler.py",),
+        "drop_last=True still yields the epoch's last, smaller batch",
+    ),
+    Mutant(
+        "exchange-sampler-last-lost",
+        "_exchange/sampler.py",
+        (("if batch and not self.drop_last:", "if batch and self.drop_last:"),),
+        ("tests/torch/test_exchange_sampler.py",),
+        "the items of an epoch's last, smaller batch are never trained on",
+    ),
+    Mutant(
         "exchange-wrapper-names-kept",
         "_exchange/layout.py",
         (('        name = name.partition(".")[2]', "        break"),),

@@ -1,7 +1,8 @@
 """``gradientmail.torch``: the DataLoader adapter, and one model trained by unequal learners.
 
-:class:`Exchange` and :func:`load_shared` are documented in ``docs/exchange.md``; below, the
-DataLoader adapter: a ``shared_queue`` as an ``IterableDataset``.
+:class:`Exchange`, :class:`ExchangeBatchSampler` (a DataLoader's batches of the size an
+Exchange asks for) and :func:`load_shared` are documented in ``docs/exchange.md``; below,
+the DataLoader adapter: a ``shared_queue`` as an ``IterableDataset``.
 
 Needs torch (``pip install 'gradientmail[torch]'``, or any torch >= 2.13 you already have);
 ``import gradientmail`` never imports this module::
@@ -75,6 +76,7 @@ from __future__ import annotations
 from gradientmail._exchange.learner import Exchange
 from gradientmail._exchange.loading import load_shared
 from gradientmail._exchange.rules import Average, DelayedNesterov
+from gradientmail._exchange.sampler import ExchangeBatchSampler
 from gradientmail._exchange.stats import ExchangeStats, ExchangeTraffic, NoiseGain
 from gradientmail._torch_data.dataset import SharedQueueDataset
 from gradientmail._torch_data.loader import SharedQueueLoader
@@ -83,6 +85,7 @@ __all__ = [
     "Average",
     "DelayedNesterov",
     "Exchange",
+    "ExchangeBatchSampler",
     "ExchangeStats",
     "ExchangeTraffic",
     "NoiseGain",

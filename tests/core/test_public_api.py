@@ -169,6 +169,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Average",
         "DelayedNesterov",
         "Exchange",
+        "ExchangeBatchSampler",
         "ExchangeStats",
         "ExchangeTraffic",
         "NoiseGain",

@@ -67,6 +67,7 @@ def test_a_slow_learner_that_keeps_the_fast_batch_is_warned_once() -> None:
         assert "learner 'c'" in messages[0]
         assert "the last took 4, asked 1" in messages[0]
         assert "take exactly exchange.batch_size items each step" in messages[0]
+        assert "batch_sampler=ExchangeBatchSampler(exchange, sampler)" in messages[0]
         with caught() as messages:
             for _ in range(PATIENCE + 1):
                 slow.step(took=4)

@@ -107,8 +107,9 @@ class BatchCheck:
             f"learner {self.learner_id!r}: its last {self._misses} steps did not take the "
             f"items exchange.batch_size asked for (the last took {took}, asked {asked}), so "
             "its deltas are weighted, and its pace measured, as if they had: take exactly "
-            "exchange.batch_size items each step, reading it before each step, or make the "
-            "Exchange without batch_size= to keep your own batch size"
+            "exchange.batch_size items each step, reading it before each step (a "
+            "DataLoader: batch_sampler=ExchangeBatchSampler(exchange, sampler)), or make "
+            "the Exchange without batch_size= to keep your own batch size"
         )
 
 

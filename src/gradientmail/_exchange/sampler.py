@@ -1,0 +1,72 @@
+"""Batches of the size an :class:`~gradientmail.torch.Exchange` asks for, for a DataLoader.
+
+With ``Exchange(batch_size=)`` each learner should take ``exchange.batch_size`` items a step,
+a number that follows its speed. A map-style dataset's DataLoader takes its batches from a
+``batch_sampler``: :class:`ExchangeBatchSampler` is one that reads the size asked as it
+fills each batch, so the DataLoader's workers, pinning and collation stay as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from torch.utils.data import Sampler
+
+__all__ = ["ExchangeBatchSampler"]
+
+
+class _AsksBatches(Protocol):
+    @property
+    def batch_size(self) -> int: ...
+
+
+class ExchangeBatchSampler(Sampler[list[int]]):
+    """Groups ``sampler``'s indices into batches of ``exchange.batch_size``, read as each
+    batch is filled: ``DataLoader(dataset, batch_sampler=ExchangeBatchSampler(exchange,
+    RandomSampler(dataset)))``.
+
+    Guarantees:
+        * Every index ``sampler`` yields is in exactly one batch, in order; the last batch
+          of an epoch may be smaller, and is dropped with ``drop_last=True``.
+        * A batch has the size the Exchange asked for when the batch was filled. A
+          DataLoader with ``num_workers`` > 0 fills batches ahead of the loop
+          (``prefetch_factor`` a worker), so a new size reaches the loop that many steps
+          later: the Exchange's check of the batches taken allows for 16 steps of lag.
+
+    Args:
+        exchange: the :class:`~gradientmail.torch.Exchange`, made with ``batch_size=``.
+        sampler: the indices, one epoch per iteration (``RandomSampler(dataset)``,
+            ``DistributedSampler(dataset)``, or any iterable of ints).
+        drop_last: drop an epoch's last batch when it is smaller than the size asked.
+
+    Raises:
+        ConfigurationError: iterating with an Exchange made without ``batch_size=``.
+    """
+
+    def __init__(
+        self, exchange: _AsksBatches, sampler: Iterable[int], *, drop_last: bool = False
+    ) -> None:
+        self.exchange = exchange
+        self.sampler = sampler
+        self.drop_last = drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        size = self.exchange.batch_size
+        batch: list[int] = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) >= size:
+                yield batch
+                batch = []
+                size = self.exchange.batch_size
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        """Not known ahead: the sizes follow the learners' speeds (``TypeError``, as for a
+        DataLoader over a stream)."""
+        raise TypeError(
+            "an ExchangeBatchSampler has no length: its batches follow exchange.batch_size; "
+            "count the steps you take instead"
+        )
