@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 import warnings
+from collections import deque
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -26,7 +27,7 @@ from gradientmail._exchange.options import (
 from gradientmail._exchange.pace import Work
 from gradientmail._exchange.rules import OuterRule, resolve
 from gradientmail._exchange.stats import ExchangeStats
-from gradientmail._exchange.tensors import ModelTensors, State, difference
+from gradientmail._exchange.tensors import ModelTensors, State, difference, kept_for_reuse
 from gradientmail._identity import learner_id as launcher_learner_id
 from gradientmail.backends._options import positive
 from gradientmail.mailbox import Mailbox
@@ -162,6 +163,11 @@ class Exchange:
         # Owned by the exchange thread once started (the training thread joins before it):
         self._handoff = Handoff(applier, closing)
         self._snapshot: State | None = None  # the model handed over, until adopted
+        # The values of the last two snapshots made (in host memory: kept_for_reuse). The
+        # next is copied into the older: its exchange, and any fresher read handed back
+        # for it, ended before the newer one's outcome could be adopted (one thread runs
+        # them in turn), so nothing reads it any more.
+        self._recent: deque[torch.Tensor] = deque(maxlen=2)
         self._since = 0
         self._optimizer = stepping(optimizer, model)
         meter = GradientMeter(model.parameters()) if wants_gain(gain, self._optimizer) else None
@@ -339,7 +345,10 @@ class Exchange:
             self._snapshot = self._handoff.applier.anchor  # the model is the adopted version
             self._handoff.submit(None, leaving, self._work.handed_over())
         else:
-            self._snapshot = self._tensors.state()
+            spare = self._recent[0] if len(self._recent) == 2 else None
+            self._snapshot = self._tensors.state(into=spare)
+            if kept_for_reuse(self._snapshot.values):
+                self._recent.append(self._snapshot.values)
             self._handoff.submit(self._snapshot, leaving, self._work.handed_over())
         self._since = 0
 
