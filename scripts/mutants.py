@@ -270,17 +270,49 @@ MUTANTS: tuple[Mutant, ...] = (
         "a GPU learner keeps a spare snapshot: a model's size of GPU memory held for nothing",
     ),
     Mutant(
+        "exchange-refresh-failure-lost",
+        "_exchange/handoff.py",
+        (
+            (
+                "                try:\n                    self._refresh(outcome, snapshot)\n"
+                "                except BaseException as exc:  # noqa: BLE001 - else the next "
+                "job would never run\n                    self._fail(exc)\n"
+                "                    return\n",
+                "                self._refresh(outcome, snapshot)\n",
+            ),
+        ),
+        ("tests/torch/test_exchange_snapshots.py",),
+        "a fresher read that fails with anything but a store error ends the exchange thread "
+        "silently: leaving then waits forever for an outcome no thread will make",
+    ),
+    Mutant(
         "exchange-sampler-size-read-once",
         "_exchange/sampler.py",
         (
             (
-                "                batch = []\n                size = self.exchange.batch_size\n",
+                "                batch = []\n"
+                "                size = self.exchange._hand_out_batch()\n",
                 "                batch = []\n",
             ),
         ),
         ("tests/torch/test_exchange_sampler.py",),
         "a DataLoader keeps the batch size asked when its epoch began: a learner that slows "
         "(or a new fastest one) changes nothing until the next epoch",
+    ),
+    Mutant(
+        "exchange-batch-check-ignores-handed",
+        "_exchange/batch_check.py",
+        (("if fits(forwards, {*self._asked, *self._handed}):", "if fits(forwards, self._asked):"),),
+        ("tests/torch/test_exchange_sampler.py",),
+        "a DataLoader whose workers hold more batches ahead than the check remembers asking "
+        "for is warned at a resize, though its sampler made exactly what was asked",
+    ),
+    Mutant(
+        "exchange-sampler-not-recorded",
+        "_exchange/learner.py",
+        (("            self._check.handed(batch)\n", "            pass\n"),),
+        ("tests/torch/test_exchange_sampler.py",),
+        "the batches an ExchangeBatchSampler made ahead never reach the batch check",
     ),
     Mutant(
         "exchange-sampler-drop-last-ignored",

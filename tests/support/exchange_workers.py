@@ -147,8 +147,9 @@ def totals_of_threads(learner: Callable[[int], int], count: int) -> dict[int, in
 
 def recipe_steps(box: Mailbox, learner: str, out: str, stop: str, item_s: float) -> None:
     """Train with ``batch_size=4`` at ``item_s`` seconds an item until the file ``stop``
-    exists; after each step append ``{"steps", "batch", "group_batch"}`` to ``out`` as a
-    line, so a test sees whom this learner counts in the group's batch."""
+    exists; after each step append ``{"steps", "batch", "group_batch", "others",
+    "version"}`` to ``out`` as a line: how many other learners this one counts in the
+    group's batch, and the shared version it last adopted."""
     from gradientmail.torch import Exchange
 
     model = integer_model()
@@ -162,6 +163,8 @@ def recipe_steps(box: Mailbox, learner: str, out: str, stop: str, item_s: float)
                 "steps": steps,
                 "batch": exchange.batch_size,
                 "group_batch": exchange.group_batch,
+                "others": len(exchange._work.others),
+                "version": exchange.stats.version,
             }
             with Path(out).open("a") as f:
                 f.write(json.dumps(line) + "\n")

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, SequentialSampler, TensorDataset  # noqa: E402
 
 from gradientmail import ConfigurationError, from_url  # noqa: E402
+from gradientmail._exchange.batch_check import RECENT  # noqa: E402
 from gradientmail.torch import Exchange, ExchangeBatchSampler  # noqa: E402
 from tests.support.exchange_workers import SHAPE, integer_model  # noqa: E402
 from tests.support.paced import BATCHES, WIDTH, learners, settle_paces  # noqa: E402
@@ -25,13 +26,12 @@ from tests.support.paced import BATCHES, WIDTH, learners, settle_paces  # noqa: 
 
 @dataclass
 class Asking:
-    """An Exchange's ``batch_size`` as a list of answers, one per read, the last repeated."""
+    """An Exchange handing out batch sizes from a list, one per batch, the last repeated."""
 
     sizes: list[int]
     reads: list[int] = field(default_factory=list)
 
-    @property
-    def batch_size(self) -> int:
+    def _hand_out_batch(self) -> int:
         size = self.sizes[min(len(self.reads), len(self.sizes) - 1)]
         self.reads.append(size)
         return size
@@ -77,7 +77,8 @@ def test_a_dataloader_with_workers_collates_the_sizes_asked_in_order() -> None:
 
 
 def test_it_has_no_length_and_says_why() -> None:
-    loader = DataLoader(range(8), batch_sampler=ExchangeBatchSampler(Asking([2]), range(8)))
+    dataset = TensorDataset(torch.arange(8))
+    loader = DataLoader(dataset, batch_sampler=ExchangeBatchSampler(Asking([2]), range(8)))
     with pytest.raises(TypeError, match=r"no length: its batches follow exchange\.batch_size"):
         len(loader)
 
@@ -110,3 +111,29 @@ def test_an_exchange_without_batch_size_is_refused_at_the_first_batch() -> None:
     exchange = Exchange(integer_model(), mailbox=from_url("memory://sampler-no"), learner_id="a")
     with pytest.raises(ConfigurationError, match="batch_size"):
         next(iter(ExchangeBatchSampler(exchange, range(4))))
+
+
+def test_batches_made_further_ahead_than_the_checks_window_are_not_warned_about() -> None:
+    """A DataLoader with many workers holds ``num_workers x prefetch_factor`` batches
+    ahead: here 40, made while the slow learner ``c`` was still asked for 4 (before the
+    paces were known), and taken after it has been asked for 1 for longer than the batch
+    check remembers what it asked. They are what the sampler made: no warning."""
+    items = TensorDataset(torch.zeros(400, WIDTH, SHAPE[1]))
+    with ExitStack() as stack, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        group = learners(from_url("memory://exchange-sampler-ahead"), stack)
+        slow = group[2]
+        sampler = ExchangeBatchSampler(slow.exchange, SequentialSampler(items))
+        ahead = [
+            batch
+            for batch, _ in zip(DataLoader(items, batch_sampler=sampler), range(40), strict=False)
+        ]
+        assert {len(batch) for (batch,) in ahead} == {4}
+        settle_paces(group)
+        for _ in range(RECENT + 4):
+            for learner in group:
+                learner.step(took=learner.exchange.batch_size)
+        assert slow.exchange.batch_size == 1
+        for (batch,) in ahead[:8]:
+            slow.model(batch)
+            slow.step()

@@ -306,3 +306,24 @@ def test_a_model_in_another_dtype_is_refused_naming_the_cast() -> None:
         Exchange(half, mailbox=box, learner_id="b"),
     ):
         pass
+
+
+def test_an_integer_buffer_in_another_dtype_is_refused_without_a_cast_that_cannot_work() -> None:
+    """``Module.to`` casts floating tensors only: ``model.to(torch.int64)`` would raise."""
+    box = from_url("memory://exchange-dtype-count")
+
+    def counted(dtype: Any) -> Any:
+        model = integer_model()
+        model.register_buffer("seen", torch.zeros((), dtype=dtype))
+        return model
+
+    with Exchange(counted(torch.long), mailbox=box, learner_id="a"):
+        pass
+    with (
+        pytest.raises(
+            ConfigurationError, match=r"buffer 0: this model has seen \(\) int32"
+        ) as refused,
+        Exchange(counted(torch.int32), mailbox=box, learner_id="b"),
+    ):
+        pass
+    assert "model.to(" not in str(refused.value)

@@ -10,14 +10,15 @@ the model's training forwards and warns once when steps keep differing from what
 The batch of a forward is the size of its first tensor argument (positional, else keyword)
 along dimension 0, or 1 for sequence-first inputs. A step fits when, along one of those
 dimensions, its training forwards sum to a batch asked (one forward, or gradient
-accumulation over several) or each carries the same one whole (one batch seen twice, in
-two forwards). A batch asked in any of the last :data:`RECENT` steps counts, so a loader
-that reads ``exchange.batch_size`` ahead of the step (a sampler feeding prefetching
-workers) fits while it catches up with a resize. Forwards without gradients or in eval mode
-(evaluation) are not counted, and a step with no forward of the model seen (a loop that
-calls its submodules, a TorchScript model, which takes no hooks) is not judged. The check
-never raises into the training loop: a forward whose input has no plain sizes (a nested
-tensor) is skipped.
+accumulation over several) or each carries the same one whole (one batch seen twice, in two
+forwards). A batch asked in any of the last :data:`RECENT` steps counts, so a loader that
+reads ``exchange.batch_size`` ahead of the step fits while it catches up with a resize; so
+does any of the last :data:`HANDED` batches an ``ExchangeBatchSampler`` made, however many a
+DataLoader's workers hold ahead (``num_workers x prefetch_factor``). Forwards without
+gradients or in eval mode (evaluation) are not counted, and a step with no forward of the
+model seen (a loop that calls its submodules, a TorchScript model, which takes no hooks) is
+not judged. The check never raises into the training loop: a forward whose input has no
+plain sizes (a nested tensor) is skipped.
 """
 
 from __future__ import annotations
@@ -29,13 +30,16 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["PATIENCE", "RECENT", "BatchCheck", "fits"]
+__all__ = ["HANDED", "PATIENCE", "RECENT", "BatchCheck", "fits"]
 
 #: Consecutive steps that must miss the batch asked before the warning: one short step
 #: (the last, partial batch of a dataset) is no mistake.
 PATIENCE = 4
 #: How many of the latest batches asked a step may have taken.
 RECENT = 16
+#: How many of the latest batches an ``ExchangeBatchSampler`` made a step may have taken:
+#: more than any DataLoader holds ahead of the loop.
+HANDED = 256
 #: Forwards counted in one step at most (a model run on after its check was detached, as a
 #: compiled one can be, must not grow the list without bound).
 MAX_FORWARDS = 4096
@@ -55,6 +59,8 @@ class BatchCheck:
         self.learner_id = learner_id
         self.patience = patience
         self._asked: deque[int] = deque(maxlen=recent)
+        #: The sizes of the latest batches made ahead of their steps (a batch sampler's).
+        self._handed: deque[int] = deque(maxlen=HANDED)
         #: Each training forward's batch along dimensions 0 and 1 (None: no dimension 1).
         self._forwards: list[tuple[int, int | None]] = []
         self._misses = 0
@@ -84,6 +90,10 @@ class BatchCheck:
             return
         self._forwards.append((rows, columns))
 
+    def handed(self, size: int) -> None:
+        """A batch of ``size`` items was made for a later step, however much later."""
+        self._handed.append(size)
+
     def stepped(self, asked: int) -> str | None:
         """One step ended that was asked to take ``asked`` items: judge its forwards.
 
@@ -95,7 +105,7 @@ class BatchCheck:
         forwards, self._forwards = self._forwards, []
         if self.warned or not forwards:
             return None
-        if fits(forwards, self._asked):
+        if fits(forwards, {*self._asked, *self._handed}):
             self._misses = 0
             return None
         self._misses += 1

@@ -125,9 +125,7 @@ class Handoff:
                     outcome = self.applier.apply(snapshot, leaving, blocked, progress)
                     outcome = outcome._replace(correction=corrected(outcome.shared, snapshot))
             except BaseException as exc:  # noqa: BLE001 - carried to the training loop
-                with self.lock:
-                    self.error = exc
-                    self.lock.notify_all()
+                self._fail(exc)
                 return
             with self.lock:
                 # One publication: stats never count an exchange that the next step()
@@ -139,10 +137,22 @@ class Handoff:
                 self._result = outcome
                 self.lock.notify_all()
             if snapshot is not None and not leaving:
-                self._refresh(outcome, snapshot)
+                try:
+                    self._refresh(outcome, snapshot)
+                except BaseException as exc:  # noqa: BLE001 - else the next job would never run
+                    self._fail(exc)
+                    return
             with self.lock:
                 self._busy = False
                 self.lock.notify_all()
+
+    def _fail(self, exc: BaseException) -> None:
+        """End the thread with ``exc``: the training loop raises it at its next step, and a
+        wait for an outcome ends."""
+        with self.lock:
+            self.error = exc
+            self._busy = False
+            self.lock.notify_all()
 
     def _refresh(self, outcome: Outcome, snapshot: State) -> None:
         """Hand back a newer version than ``outcome``'s if the loop has not taken it by the

@@ -125,7 +125,7 @@ def _first_difference(mine: list[list[Any]], shared: list[list[Any]], what: str)
                 f"{what} {index}: this model has {a[0]} {tuple(a[1])} {a[2]}, the shared "
                 f"one {b[0]} {tuple(b[1])} {b[2]}"
             )
-            if a[:2] == b[:2]:  # only the dtype differs
+            if a[:2] == b[:2] and str(b[2]).startswith(("float", "bfloat")):  # the dtype only
                 found += (
                     f" (hold the model in {b[2]} on every learner, model.to(torch.{b[2]}); "
                     f"torch.autocast trains in lower precision with {b[2]} parameters)"

@@ -202,6 +202,14 @@ class Exchange:
         self._need_batch_size()
         return self._work.batch
 
+    def _hand_out_batch(self) -> int:
+        """:attr:`batch_size`, for a batch made ahead of its step (``ExchangeBatchSampler``):
+        the batch check accepts its size however many steps later the loop takes it."""
+        batch = self.batch_size
+        if self._check is not None:
+            self._check.handed(batch)
+        return batch
+
     @property
     def group_batch(self) -> float:
         """Items the whole group trains on per step time (the active learners' batches
@@ -349,6 +357,8 @@ class Exchange:
             self._snapshot = self._tensors.state(into=spare)
             if kept_for_reuse(self._snapshot.values):
                 self._recent.append(self._snapshot.values)
+            else:  # moved to a GPU: hold no host copies for good
+                self._recent.clear()
             self._handoff.submit(self._snapshot, leaving, self._work.handed_over())
         self._since = 0
 

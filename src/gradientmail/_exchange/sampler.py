@@ -16,9 +16,8 @@ from torch.utils.data import Sampler
 __all__ = ["ExchangeBatchSampler"]
 
 
-class _AsksBatches(Protocol):
-    @property
-    def batch_size(self) -> int: ...
+class _HandsOutBatches(Protocol):
+    def _hand_out_batch(self) -> int: ...
 
 
 class ExchangeBatchSampler(Sampler[list[int]]):
@@ -29,10 +28,11 @@ class ExchangeBatchSampler(Sampler[list[int]]):
     Guarantees:
         * Every index ``sampler`` yields is in exactly one batch, in order; the last batch
           of an epoch may be smaller, and is dropped with ``drop_last=True``.
-        * A batch has the size the Exchange asked for when the batch was filled. A
-          DataLoader with ``num_workers`` > 0 fills batches ahead of the loop
-          (``prefetch_factor`` a worker), so a new size reaches the loop that many steps
-          later: the Exchange's check of the batches taken allows for 16 steps of lag.
+        * A batch has the size the Exchange asked for when the batch was filled
+          (``exchange.batch_size``). A DataLoader with ``num_workers`` > 0 fills batches
+          ahead of the loop (``num_workers x prefetch_factor``), so a new size reaches the
+          loop that many steps later; the Exchange's check of the batches taken accepts
+          every batch this sampler made, however far ahead.
 
     Args:
         exchange: the :class:`~gradientmail.torch.Exchange`, made with ``batch_size=``.
@@ -45,21 +45,21 @@ class ExchangeBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(
-        self, exchange: _AsksBatches, sampler: Iterable[int], *, drop_last: bool = False
+        self, exchange: _HandsOutBatches, sampler: Iterable[int], *, drop_last: bool = False
     ) -> None:
         self.exchange = exchange
         self.sampler = sampler
         self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[list[int]]:
-        size = self.exchange.batch_size
+        size = self.exchange._hand_out_batch()
         batch: list[int] = []
         for index in self.sampler:
             batch.append(index)
             if len(batch) >= size:
                 yield batch
                 batch = []
-                size = self.exchange.batch_size
+                size = self.exchange._hand_out_batch()
         if batch and not self.drop_last:
             yield batch
 
