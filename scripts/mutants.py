@@ -256,6 +256,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "back for it may still be reading",
     ),
     Mutant(
+        "exchange-snapshot-host-copies-kept",
+        "_exchange/learner.py",
+        (("                self._recent.clear()\n", "                pass\n"),),
+        ("tests/torch/test_exchange_snapshots.py",),
+        "a model moved to a GPU keeps two host copies of itself for the rest of the run",
+    ),
+    Mutant(
         "exchange-snapshot-fresh-memory",
         "_exchange/tensors.py",
         (("return State(torch.cat(pieces, out=into), self._count_vector())", "pass"),),

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 from gradientmail import WorkerError, from_url  # noqa: E402 - after the importorskip
 from gradientmail._exchange import handoff as handoff_module  # noqa: E402
+from gradientmail._exchange import learner as learner_module  # noqa: E402
 from gradientmail._exchange.tensors import State, kept_for_reuse  # noqa: E402
 from tests.support.exchange_workers import (  # noqa: E402
     exact_exchange,
@@ -158,3 +159,21 @@ def test_a_fresher_read_that_fails_reaches_the_loop_instead_of_hanging_it(
 
     with pytest.raises(WorkerError, match="no room for the fresher version"):
         returns_within(train_and_leave, 60, "training and leaving after the read failed")
+
+
+def test_host_snapshots_are_let_go_once_the_model_is_on_a_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model moved to a GPU mid-run: its snapshots are no longer kept, and neither are
+    the two host copies kept before (``kept_for_reuse`` answers as for a GPU tensor)."""
+    model = integer_model()
+    with exact_exchange(model, from_url("memory://exchange-snapshots-gpu"), "a", every=1) as a:
+        for _ in range(3):
+            minus_one(model)
+            a.step()
+            wait_until(a._handoff.settled, 60, "a's exchange")
+        assert len(a._recent) == 2
+        monkeypatch.setattr(learner_module, "kept_for_reuse", lambda values: False)
+        minus_one(model)
+        a.step()
+        assert len(a._recent) == 0
