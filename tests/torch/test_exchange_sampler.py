@@ -15,7 +15,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.utils.data import DataLoader, SequentialSampler, TensorDataset  # noqa: E402
+from torch.utils.data import (  # noqa: E402
+    DataLoader,
+    RandomSampler,
+    SequentialSampler,
+    TensorDataset,
+)
 
 from gradientmail import ConfigurationError, from_url  # noqa: E402
 from gradientmail._exchange.batch_check import RECENT  # noqa: E402
@@ -137,3 +142,12 @@ def test_batches_made_further_ahead_than_the_checks_window_are_not_warned_about(
         for (batch,) in ahead[:8]:
             slow.model(batch)
             slow.step()
+
+
+def test_arguments_in_the_wrong_order_are_refused_by_name() -> None:
+    exchange = Exchange(integer_model(), mailbox=from_url("memory://sampler-order"), batch_size=4)
+    dataset = TensorDataset(torch.arange(8))
+    with pytest.raises(ConfigurationError, match="must be the Exchange, not RandomSampler"):
+        ExchangeBatchSampler(RandomSampler(dataset), exchange)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"an iterable of indices .* not int"):
+        ExchangeBatchSampler(exchange, 8)  # type: ignore[arg-type]

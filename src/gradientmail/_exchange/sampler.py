@@ -13,6 +13,8 @@ from typing import Protocol
 
 from torch.utils.data import Sampler
 
+from gradientmail._errors import ConfigurationError
+
 __all__ = ["ExchangeBatchSampler"]
 
 
@@ -41,12 +43,23 @@ class ExchangeBatchSampler(Sampler[list[int]]):
         drop_last: drop an epoch's last batch when it is smaller than the size asked.
 
     Raises:
-        ConfigurationError: iterating with an Exchange made without ``batch_size=``.
+        ConfigurationError: an ``exchange`` that is not an Exchange or a ``sampler`` that
+            is not iterable; when iterating, an Exchange made without ``batch_size=``.
     """
 
     def __init__(
         self, exchange: _HandsOutBatches, sampler: Iterable[int], *, drop_last: bool = False
     ) -> None:
+        if not callable(getattr(exchange, "_hand_out_batch", None)):
+            raise ConfigurationError(
+                "ExchangeBatchSampler(exchange, sampler): the first argument must be the "
+                f"Exchange, not {type(exchange).__name__}"
+            )
+        if not isinstance(sampler, Iterable):
+            raise ConfigurationError(
+                "ExchangeBatchSampler(exchange, sampler): the sampler must be an iterable "
+                f"of indices (RandomSampler(dataset)), not {type(sampler).__name__}"
+            )
         self.exchange = exchange
         self.sampler = sampler
         self.drop_last = drop_last
