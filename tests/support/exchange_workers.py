@@ -26,6 +26,13 @@ def integer_model() -> torch.nn.Module:
     return model
 
 
+def subtract(model: torch.nn.Module, size: float) -> None:
+    """One local "step": every parameter moves by exactly ``-size``."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= size
+
+
 def flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
@@ -90,9 +97,7 @@ def integer_steps(
     log = Path(out + ".log")
     with exact_exchange(model, box, learner, every, fragment_bytes) as exchange:
         for step in range(steps):
-            with torch.no_grad():
-                for p in model.parameters():
-                    p -= size
+            subtract(model, size)
             exchange.step()
             with log.open("a") as f:
                 f.write(

@@ -34,6 +34,7 @@ from tests.support.exchange_workers import (  # noqa: E402
     initial,
     integer_model,
     shared_now,
+    subtract,
     totals_of_threads,
 )
 from tests.support.outage import Outage  # noqa: E402
@@ -41,12 +42,6 @@ from tests.support.polling import returns_within, wait_until  # noqa: E402
 from tests.support.rigs import Rig  # noqa: E402
 
 PATIENCE_LOG = "gradientmail.patterns._patience"
-
-
-def train(model: Any, size: int) -> None:
-    with torch.no_grad():
-        for p in model.parameters():
-            p -= size
 
 
 def test_the_default_patience_is_the_shared_queues_default_lease() -> None:
@@ -63,17 +58,17 @@ def test_an_outage_is_ridden_out_steps_never_wait_and_the_progress_lands_once(
     outage = Outage(box)
     model = integer_model()
     with exact_exchange(model, outage, "rider", every=1) as exchange:  # type: ignore[arg-type]
-        train(model, 1)
+        subtract(model, 1)
         exchange.step()
         wait_until(lambda: exchange.stats.exchanges == 1, 30, "the first exchange")
         outage.down.set()
-        train(model, 1)
+        subtract(model, 1)
         exchange.step()  # starts an exchange into the outage
         assert outage.failed.wait(30), "the exchange thread met the outage"
 
         def steps_meanwhile() -> None:
             for _ in range(10):
-                train(model, 1)
+                subtract(model, 1)
                 exchange.step()  # adopts nothing, starts nothing: one is in flight
 
         returns_within(steps_meanwhile, 60, "step() during the outage")
@@ -94,7 +89,7 @@ def test_an_outage_longer_than_the_patience_reaches_the_loop_at_a_step() -> None
     exchange = exact_exchange(model, outage, "gives-up", every=1, patience=0.5)
     with pytest.raises(WorkerError, match="injected outage") as raised, exchange:  # noqa: PT012
         outage.down.set()
-        train(model, 1)
+        subtract(model, 1)
         exchange.step()
         wait_until(lambda: exchange._handoff.error is not None, 30, "the thread giving up")
         exchange.step()
@@ -107,7 +102,7 @@ def test_a_join_during_an_outage_waits_for_the_store() -> None:
     ender = outage.down_until_failed()
     model = integer_model()
     with exact_exchange(model, outage, "late", every=1):  # type: ignore[arg-type]
-        train(model, 2)
+        subtract(model, 2)
     ender.join()
     assert torch.equal(shared_now(box), initial() - 2)
 
@@ -165,7 +160,7 @@ def test_eight_threads_under_random_faults_apply_every_delta_exactly_once(
         model = integer_model()
         with exact_exchange(model, flaky[i], f"t{i}", every=2) as exchange:  # type: ignore[arg-type]
             for _ in range(10):
-                train(model, i + 1)
+                subtract(model, i + 1)
                 exchange.step()
         return -(i + 1) * 10
 
@@ -215,7 +210,7 @@ def test_a_layout_create_whose_outcome_is_unknown_is_settled_by_reading_it_back(
     ambiguous = Ambiguous(inner, ("exchange/model/layout",), stored=stored)
     model = integer_model()
     with exact_exchange(model, ambiguous, "learner", every=1):  # type: ignore[arg-type]
-        train(model, 3)
+        subtract(model, 3)
     assert ambiguous.hit == ["exchange/model/layout"]
     assert torch.equal(shared_now(box), initial() - 3)
 
@@ -229,7 +224,7 @@ def test_fragment_creates_whose_outcome_is_unknown_are_settled_and_applied_once(
     model = integer_model()
     with exact_exchange(model, ambiguous, "a", every=1) as exchange:  # type: ignore[arg-type]
         for _ in range(3):
-            train(model, 1)
+            subtract(model, 1)
             exchange.step()
     assert len(ambiguous.hit) > 3, "every fragment's first create was ambiguous"
     assert exchange.stats.unknown_outcomes >= len(ambiguous.hit)
@@ -257,7 +252,7 @@ def test_a_failed_delete_after_a_landed_swap_is_logged_and_never_fatal(
     model = integer_model()
     with exact_exchange(model, refusing, "a", every=1, keep=1) as exchange:  # type: ignore[arg-type]
         for _ in range(4):
-            train(model, 1)
+            subtract(model, 1)
             done = exchange.stats.exchanges
             exchange.step()
             wait_until(partial(lambda e, d: e.stats.exchanges > d, exchange, done), 30, "it")
@@ -275,7 +270,7 @@ def test_leaving_through_an_exception_during_an_outage_does_not_wait_it_out() ->
     def fail_during_the_outage() -> None:
         with pytest.raises(RuntimeError, match="the loop failed"), exchange:  # noqa: PT012
             outage.down.set()
-            train(model, 1)
+            subtract(model, 1)
             exchange.step()
             assert outage.failed.wait(30), "the exchange thread met the outage"
             raise RuntimeError("the loop failed")

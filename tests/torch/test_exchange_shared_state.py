@@ -189,13 +189,19 @@ def test_every_and_keep_may_differ_between_learners() -> None:
         pass
 
 
+def started(box: Mailbox, model: Any = None) -> None:
+    """Start the shared model in ``box`` from learner ``a`` with ``model`` (the integer
+    model by default), which then leaves: the layout a later learner is checked against."""
+    with Exchange(integer_model() if model is None else model, mailbox=box, learner_id="a"):
+        pass
+
+
 # -- frozen parameters and bf16 ----------------------------------------------------------------
 
 
 def test_a_parameter_frozen_here_but_trained_by_the_first_learner_is_warned_about() -> None:
     box = from_url("memory://exchange-frozen")
-    with Exchange(integer_model(), mailbox=box, learner_id="a"):
-        pass
+    started(box)
     frozen = integer_model()
     frozen.bias.requires_grad_(False)
     with (
@@ -286,8 +292,7 @@ def test_a_compiled_a_wrapped_and_a_plain_learner_train_one_model() -> None:
 
 def test_a_wrapped_model_unlike_the_shared_one_is_still_refused_by_its_plain_name() -> None:
     box = from_url("memory://exchange-wrapped-unlike")
-    with Exchange(integer_model(), mailbox=box, learner_id="a"):
-        pass
+    started(box)
     other = torch.compile(torch.nn.Linear(4, 2), backend="eager")
     with (
         pytest.raises(ConfigurationError, match=r"parameter 0: this model has weight \(2, 4\)"),
@@ -298,8 +303,7 @@ def test_a_wrapped_model_unlike_the_shared_one_is_still_refused_by_its_plain_nam
 
 def test_a_model_in_another_dtype_is_refused_naming_the_cast() -> None:
     box = from_url("memory://exchange-dtype")
-    with Exchange(integer_model(), mailbox=box, learner_id="a"):
-        pass
+    started(box)
     half = integer_model().to(torch.bfloat16)
     with (
         pytest.raises(ConfigurationError, match=r"bfloat16.*model\.to\(torch\.float32\)"),
@@ -317,8 +321,7 @@ def test_an_integer_buffer_in_another_dtype_is_refused_without_a_cast_that_canno
         model.register_buffer("seen", torch.zeros((), dtype=dtype))
         return model
 
-    with Exchange(counted(torch.long), mailbox=box, learner_id="a"):
-        pass
+    started(box, counted(torch.long))
     with (
         pytest.raises(
             ConfigurationError, match=r"buffer 0: this model has seen \(\) int32"

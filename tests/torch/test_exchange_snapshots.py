@@ -25,14 +25,9 @@ from tests.support.exchange_workers import (  # noqa: E402
     initial,
     integer_model,
     shared_now,
+    subtract,
 )
 from tests.support.polling import returns_within, wait_until  # noqa: E402
-
-
-def minus_one(model: Any) -> None:
-    with torch.no_grad():
-        for p in model.parameters():
-            p -= 1
 
 
 def test_each_snapshot_reuses_the_memory_of_the_snapshot_before_last() -> None:
@@ -41,9 +36,7 @@ def test_each_snapshot_reuses_the_memory_of_the_snapshot_before_last() -> None:
     pointers = []
     with exact_exchange(model, box, "a", every=1) as exchange:
         for _ in range(6):
-            with torch.no_grad():
-                for p in model.parameters():
-                    p -= 1
+            subtract(model, 1)
             exchange.step()  # adopts the last outcome, hands over a new snapshot
             assert exchange._snapshot is not None, "every step hands one over here"
             pointers.append(exchange._snapshot.values.data_ptr())
@@ -64,9 +57,7 @@ def test_two_learners_exchanging_in_turn_stay_exact_while_snapshots_are_reused()
     ):
         for step in range(8):
             for size, model, exchange in ((1, models[0], a), (2, models[1], b)):
-                with torch.no_grad():
-                    for p in model.parameters():
-                        p -= size
+                subtract(model, size)
                 exchange.step()
                 wait_until(exchange._handoff.settled, 60, f"step {step}'s exchange")
     assert torch.equal(shared_now(box), initial() - 8 * 3)
@@ -113,7 +104,7 @@ def test_a_fresher_read_still_in_flight_reads_its_snapshot_unchanged(
         monkeypatch.setattr(a._handoff.applier, "refresh", held)
 
         def step(exchange: Any, model: Any) -> None:
-            minus_one(model)
+            subtract(model, 1)
             exchange.step()
             if exchange._snapshot is not None:
                 snapshot = exchange._snapshot
@@ -149,12 +140,12 @@ def test_a_fresher_read_that_fails_reaches_the_loop_instead_of_hanging_it(
     def train_and_leave() -> None:
         with exchange:
             monkeypatch.setattr(exchange._handoff.applier, "refresh", fails)
-            minus_one(model)
+            subtract(model, 1)
             exchange.step()  # its exchange is applied, then the fresher read fails
             thread = exchange._handoff._thread
             assert thread is not None
             wait_until(lambda: not thread.is_alive(), 60, "the exchange thread's end")
-            minus_one(model)
+            subtract(model, 1)
             exchange.step()
 
     with pytest.raises(WorkerError, match="no room for the fresher version"):
@@ -169,11 +160,11 @@ def test_host_snapshots_are_let_go_once_the_model_is_on_a_gpu(
     model = integer_model()
     with exact_exchange(model, from_url("memory://exchange-snapshots-gpu"), "a", every=1) as a:
         for _ in range(3):
-            minus_one(model)
+            subtract(model, 1)
             a.step()
             wait_until(a._handoff.settled, 60, "a's exchange")
         assert len(a._recent) == 2
         monkeypatch.setattr(learner_module, "kept_for_reuse", lambda values: False)
-        minus_one(model)
+        subtract(model, 1)
         a.step()
         assert len(a._recent) == 0

@@ -105,7 +105,7 @@ class BatchCheck:
         forwards, self._forwards = self._forwards, []
         if self.warned or not forwards:
             return None
-        if fits(forwards, {*self._asked, *self._handed}):
+        if fits(forwards, self._asked) or fits(forwards, self._handed):
             self._misses = 0
             return None
         self._misses += 1
