@@ -234,8 +234,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_exchange/pace.py",
         (
             (
-                "round(batch_size * fastest / mine.seconds_per_sample)",
-                "batch_size",
+                "return max(1, min(batch_size, round(max(fits, fixed))))",
+                "return batch_size",
             ),
         ),
         ("tests/torch/test_exchange_pace.py", "tests/torch/test_exchange_recipe.py"),
@@ -598,6 +598,101 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/torch/test_exchange_pace.py",),
         "one long pause (an evaluation, a checkpoint) enters the pace whole: the learner's "
         "batch shrinks for many steps after it",
+    ),
+    Mutant(
+        "exchange-step-cost-not-measured",
+        "_exchange/pace.py",
+        (("            self.cost.stepped(samples, interval * samples)\n", ""),),
+        ("tests/torch/test_exchange_pace.py",),
+        "a learner never measures its fixed step cost: one whose step no batch makes as short "
+        "as the fastest's shrinks to a batch of 1 or 2 and throws most of its items away",
+    ),
+    Mutant(
+        "exchange-step-cost-ignored",
+        "_exchange/pace.py",
+        (("round(max(fits, fixed))", "round(fits)"),),
+        ("tests/torch/test_exchange_pace.py",),
+        "the batch rule ignores the floor a fixed step cost sets: the latency-bound learner "
+        "shrinks to a batch of 2 again",
+    ),
+    Mutant(
+        "exchange-step-cost-not-in-the-fit",
+        "_exchange/pace.py",
+        (
+            (
+                "target * (mine.batch + fixed) / mine.step_seconds - fixed",
+                "target * mine.batch / mine.step_seconds",
+            ),
+        ),
+        ("tests/torch/test_exchange_pace.py",),
+        "the batch that fits in the fastest's step time is worked out as if steps cost in "
+        "proportion to their items: a learner with a fixed part steps slower than the fastest",
+    ),
+    Mutant(
+        "exchange-step-cost-not-passed",
+        "_exchange/pace.py",
+        (("self.batch_size, self.pace.cost.items", "self.batch_size, 0.0"),),
+        ("tests/torch/test_exchange_pace.py",),
+        "the measured fixed cost never reaches the batch rule",
+    ),
+    Mutant(
+        "exchange-step-cost-noise-taken-for-fixed",
+        "_exchange/pace.py",
+        (("least_fixed = fixed - 2 * fixed_error", "least_fixed = fixed"),),
+        ("tests/torch/test_exchange_pace.py",),
+        "the fitted fixed part is taken whole, noise and all: a proportional learner whose "
+        "steps jitter takes more items than its share, and steps slower",
+    ),
+    Mutant(
+        "exchange-step-cost-item-noise-ignored",
+        "_exchange/pace.py",
+        (("most_per_item = per_item + 2 * per_item_error", "most_per_item = per_item"),),
+        ("tests/torch/test_exchange_pace.py",),
+        "a noisy, nearly flat fit divides by a cost per item near 0: a jittering proportional "
+        "learner is taken for a latency-bound one",
+    ),
+    Mutant(
+        "exchange-step-cost-below-zero",
+        "_exchange/pace.py",
+        (
+            (
+                "        if least_fixed <= 0:\n            self.items = 0.0\n        elif",
+                "        if",
+            ),
+        ),
+        ("tests/torch/test_exchange_pace.py",),
+        "a fit whose fixed part is below 0 within its noise gives a negative one: the batch "
+        "rule then sizes a proportional learner as if small batches cost less than their items",
+    ),
+    Mutant(
+        "exchange-step-cost-any-line",
+        "_exchange/pace.py",
+        (("        if math.sqrt(residual) > COST_NOISE * mean_t:\n            return None\n", ""),),
+        ("tests/torch/test_exchange_pace.py", "tests/torch/test_exchange_recipe.py"),
+        "a line through steps at two speeds (the GPU slowed while its batch shrank) is taken "
+        "for a fixed cost: the learner that slowed keeps more items than its share",
+    ),
+    Mutant(
+        "exchange-step-cost-no-fade",
+        "_exchange/pace.py",
+        (("            self.items *= COST_FADE\n", ""),),
+        ("tests/torch/test_exchange_pace.py",),
+        "a fixed part fitted while the GPU's speed changed holds the learner's batch up for good",
+    ),
+    Mutant(
+        "exchange-step-cost-unbounded",
+        "_exchange/pace.py",
+        (("most = 2.0 * max(b for b, _ in self._steps)", "most = math.inf"),),
+        ("tests/torch/test_exchange_pace.py",),
+        "a flat fit makes the fixed part infinite, and it never fades back",
+    ),
+    Mutant(
+        "exchange-step-cost-flat-not-fixed",
+        "_exchange/pace.py",
+        (("            self.items = most\n", "            self.items *= COST_FADE\n"),),
+        ("tests/torch/test_exchange_pace.py",),
+        "step times that do not grow with the batch are not taken for a fixed cost: the "
+        "learner whose GPU is all launches and updates shrinks to a batch of 1",
     ),
     Mutant(
         "exchange-normal-staleness-damped",

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import random
+from collections.abc import Callable
+
 import pytest
 
-from gradientmail._exchange.pace import GroupPace, LearnerPace, Pace
+from gradientmail._exchange.pace import GroupPace, LearnerPace, Pace, StepCost, Work
 from gradientmail._exchange.rules import Average, OuterStep
 from tests.support.clock import FakeClock
 
@@ -130,3 +134,113 @@ def test_a_delta_as_stale_as_the_paces_make_normal_keeps_its_share_and_a_staler_
     assert step.weight(15, 4, share, expected=3.0) == pytest.approx(share * 4 * (4 / 16) ** 0.5)
     unweighted = OuterStep(Average(), staleness=None, max_staleness=None)
     assert unweighted.weight(15, 4, share, expected=3.0) == pytest.approx(share * 4)
+
+
+# -- a step's fixed cost: what no item adds ---------------------------------------------------
+
+
+def measured_cost(steps: list[tuple[int, float]]) -> StepCost:
+    cost = StepCost()
+    for batch, seconds in steps:
+        cost.stepped(batch, seconds)
+    return cost
+
+
+def test_steps_that_cost_in_proportion_to_their_items_show_no_fixed_part() -> None:
+    cost = measured_cost([(16, 0.064)] * 3 + [(8, 0.032)] * 3 + [(4, 0.016)] * 10)
+    assert cost.items == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_fixed_part_is_measured_in_items_and_a_whole_gpu_slowing_keeps_it() -> None:
+    # 40 ms of launches and updates, then 4 ms an item: the fixed part is 10 items' worth.
+    steps = [(b, 0.040 + 0.004 * b) for b in (16, 11, 9, 7, 5, 4, 3, 2, 2, 2)]
+    assert measured_cost(steps).items == pytest.approx(10.0)
+    assert measured_cost([(b, 3 * t) for b, t in steps]).items == pytest.approx(10.0)
+
+
+def test_jittered_proportional_steps_are_not_taken_for_a_fixed_cost() -> None:
+    noise = random.Random(7)
+    cost = StepCost()
+    seen = []
+    for _ in range(400):  # a batch wandering from 4 to 8, each step off by a factor of ~1.6
+        batch = noise.randint(4, 8)
+        cost.stepped(batch, 0.016 * batch * math.exp(noise.gauss(-0.125, 0.5)))
+        seen.append(cost.items)
+    assert max(seen) < 4, "noise alone raised a learner's batch above its share"
+    assert min(seen) == 0, "a fixed part below 0 is none"
+
+
+def test_a_gpu_that_slows_while_its_batch_shrinks_is_not_taken_for_a_fixed_cost() -> None:
+    # In proportion throughout: 1 ms an item, then 6 ms once another job lands on the GPU,
+    # and its batch shrinks from 4 to 1 as its pace catches up. No line through both speeds
+    # describes these steps, so they show no fixed part.
+    steps = [(4, 0.004)] * 30 + [(4, 0.024)] * 3 + [(3, 0.018), (2, 0.012)] + [(1, 0.006)] * 10
+    assert measured_cost(steps).items == 0
+
+
+def test_without_batches_far_apart_the_fitted_fixed_part_fades() -> None:
+    steps = [(b, 0.040 + 0.004 * b) for b in (16, 11, 9, 7, 5, 4, 3, 2)]
+    cost = measured_cost(steps + [(16, 0.104)] * 47)  # the window still holds a 2
+    assert cost.items == pytest.approx(10.0)
+    for _ in range(70):  # then 16s only
+        cost.stepped(16, 0.104)
+    assert cost.items == pytest.approx(10.0 * 0.99**70)
+
+
+def test_steps_whose_time_does_not_grow_with_the_batch_are_all_fixed_cost() -> None:
+    cost = measured_cost([(16, 0.150), (8, 0.150), (4, 0.150), (2, 0.150)] * 3)
+    assert cost.items == 32, "at most twice the largest batch: it fades back from there"
+    cost = measured_cost([(16, 0.150), (8, 0.152), (4, 0.153), (2, 0.156)] * 3)
+    assert cost.items == 32
+    assert group({"a": (16, 0.004), "d": (2, 0.075)}, "d").batch_for(16, cost.items) == 16
+
+
+def test_a_learner_is_not_shrunk_below_the_batch_its_fixed_part_is_worth() -> None:
+    # The fastest steps in 64 ms. A learner with 120 ms fixed and 2 ms an item cannot step
+    # that fast at any batch: it keeps every item (16, 152 ms), not 2 items in 124 ms.
+    latency_bound = {"a": (16, 0.004), "d": (2, 0.124 / 2)}
+    assert group(latency_bound, "d").batch_for(16) == 1, "proportional: it would shrink"
+    assert group(latency_bound, "d").batch_for(16, 60.0) == 16
+    # 24 ms fixed and 4 ms an item: 10 items fit in 64 ms, fewer than the 6 its fixed part
+    # is worth would not: the fit wins.
+    fits = {"a": (16, 0.004), "d": (16, (0.024 + 0.004 * 16) / 16)}
+    assert group(fits, "d").batch_for(16, 6.0) == 10
+    # 40 ms fixed, 8 ms an item: 3 items fit, but its fixed part is worth 5: it takes 5.
+    bound = {"a": (16, 0.004), "d": (3, (0.040 + 0.008 * 3) / 3)}
+    assert group(bound, "d").batch_for(16, 5.0) == 5
+
+
+def step_times(fixed_s: float, per_item_s: float) -> Callable[[int], float]:
+    return lambda batch: fixed_s + per_item_s * batch
+
+
+def converged_batches(slow: Callable[[int], float]) -> list[int]:
+    """A fast learner (64 ms for 16 items, in proportion) and a slow one stepping on driven
+    clocks, each reading the other's pace after every step; the slow one's last batches."""
+    fast_clock, slow_clock = FakeClock(), FakeClock()
+    fast = Work(16, "fast", 1, clock=fast_clock)
+    slower = Work(16, "slow", 1, clock=slow_clock)
+    fast.stepped()
+    slower.stepped()
+    batches = []
+    for _ in range(300):
+        fast_clock.advance(0.004 * fast.batch)
+        fast.stepped()
+        while slow_clock() < fast_clock():
+            slow_clock.advance(slow(slower.batch))
+            slower.stepped()
+            batches.append(slower.batch)
+        fast.others, slower.others = {"slow": slower.mine()}, {"fast": fast.mine()}
+    return batches[-20:]
+
+
+def test_a_learner_four_times_slower_in_proportion_takes_a_quarter_of_the_batch() -> None:
+    assert set(converged_batches(step_times(0.0, 0.016))) == {4}
+
+
+def test_a_learner_slowed_by_a_fixed_cost_keeps_its_items() -> None:
+    # 120 ms fixed: it can never step in the fastest's 64 ms. Sized in proportion, its
+    # batch shrank to 2 (124 ms a step: 16 items a second instead of 105).
+    assert min(converged_batches(step_times(0.120, 0.002))) >= 12
+    # 16 ms fixed, 4 ms an item: 12 items fit in 64 ms, and it steps as often as the fastest.
+    assert set(converged_batches(step_times(0.016, 0.004))) == {12}

@@ -9,7 +9,12 @@ its ledger entry at each exchange, so every learner that reads the head sees eve
   seconds-per-sample, at least 1: the fastest learner takes ``batch_size``, one half as
   fast half of it, so every learner steps at the fastest one's pace and the group makes
   one step of the *group batch* (the sum of their batches) per step time, as lockstep
-  training with batches in proportion to speed would, without waiting for anyone.
+  training with batches in proportion to speed would, without waiting for anyone. A step
+  also has a cost that no item adds (kernel launches, the optimizer's update, a loader's
+  round trip): each learner measures its own (:class:`StepCost`), and a learner whose
+  fixed cost is more than half the fastest one's step time is not shrunk below the batch
+  whose items cost as much as that fixed part. Shrinking further would shorten its step
+  by little and throw most of its throughput away.
 * **Weight** (:meth:`GroupPace.share`). A delta made of steps of ``b`` samples each moves
   the shared parameters by ``b / group batch`` of itself: its share of the samples the
   group trains on per step time. In one step time the shared model then moves by the
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
@@ -41,13 +47,27 @@ if TYPE_CHECKING:
 
     from gradientmail._exchange.gradients import GradientMeter
 
-__all__ = ["GroupPace", "LearnerPace", "Pace", "Progress", "Work"]
+__all__ = ["GroupPace", "LearnerPace", "Pace", "Progress", "StepCost", "Work"]
 
 #: How much of the newest step interval enters the smoothed pace (about the last ten steps).
 SMOOTHING = 0.2
 #: A step interval longer than this many times the smoothed one (an evaluation, a
 #: checkpoint, a pause) counts as this many: a slowdown still shows within a few steps.
 OUTLIER = 4.0
+#: The steps a learner's fixed step cost is fitted from: its most recent ones.
+COST_WINDOW = 48
+#: The fit needs batches this far apart in the window (largest / smallest): closer ones,
+#: under a step time's usual noise, say nothing about the cost of an item.
+COST_SPREAD = 1.5
+#: A fit whose step times stray from its line by more than this share of their mean (a
+#: step's usual jitter on a shared machine, or the GPU's speed changing within the window,
+#: which no line through one speed describes) is no evidence, and is not used.
+COST_NOISE = 0.2
+#: Without batches far enough apart, or a line that describes them, the fixed cost last
+#: fitted fades by this factor a step (half in about 70 steps): a fit that came out too
+#: large cannot hold a learner's batch up for good, and as the batch shrinks again the
+#: sizes it visits are measured afresh.
+COST_FADE = 0.99
 
 
 @dataclass(frozen=True)
@@ -75,8 +95,69 @@ class LearnerPace:
         return self.batch > 0 and self.seconds_per_sample > 0
 
 
+class StepCost:
+    """The part of this learner's step time that no item adds, in items' worth.
+
+    A step of ``b`` items takes about ``fixed + per_item x b`` seconds. Proportional
+    pacing (``fixed = 0``) is what a learner assumes until its own steps show otherwise:
+    a least-squares line through its last :data:`COST_WINDOW` step times, once they
+    include batches far enough apart (:data:`COST_SPREAD`). Only what the steps show
+    beyond their noise counts: :attr:`items` is the fixed cost two standard errors below
+    the fitted one (0 if that is not above 0) over the cost of an item two standard errors
+    above, so a proportional learner whose step times jitter is not taken for one with a
+    fixed cost. A slowdown of the whole GPU leaves :attr:`items` as it is; step times that
+    do not grow with the batch make it twice the largest batch measured.
+    """
+
+    def __init__(self) -> None:
+        self._steps: deque[tuple[int, float]] = deque(maxlen=COST_WINDOW)
+        self.items = 0.0
+
+    def stepped(self, samples: int, seconds: float) -> None:
+        """Count one step of ``samples`` items that took ``seconds``."""
+        self._steps.append((samples, seconds))
+        fit = self._fit()
+        if fit is None:
+            self.items *= COST_FADE
+            return
+        fixed, per_item, fixed_error, per_item_error = fit
+        least_fixed = fixed - 2 * fixed_error
+        most_per_item = per_item + 2 * per_item_error
+        # At most twice the window's largest batch: a learner never takes more than that
+        # for its fixed part, and a fit that overshot fades back from there.
+        most = 2.0 * max(b for b, _ in self._steps)
+        if least_fixed <= 0:
+            self.items = 0.0
+        elif most_per_item <= 0:  # a fixed part, and items that cost nothing to see
+            self.items = most
+        else:
+            self.items = min(most, least_fixed / most_per_item)
+
+    def _fit(self) -> tuple[float, float, float, float] | None:
+        """The line ``fixed + per_item x b`` through the window, and the standard errors of
+        both; ``None`` while its batches are too close together to tell them apart, or the
+        line does not describe them (:data:`COST_NOISE`)."""
+        steps = self._steps
+        batches = [b for b, _ in steps]
+        n = len(steps)
+        if n < 3 or max(batches) < COST_SPREAD * min(batches):
+            return None
+        mean_b = sum(batches) / n
+        mean_t = sum(t for _, t in steps) / n
+        spread = sum((b - mean_b) ** 2 for b in batches)
+        per_item = sum((b - mean_b) * (t - mean_t) for b, t in steps) / spread
+        fixed = mean_t - per_item * mean_b
+        residual = sum((t - fixed - per_item * b) ** 2 for b, t in steps) / (n - 2)
+        if math.sqrt(residual) > COST_NOISE * mean_t:
+            return None
+        per_item_error = math.sqrt(residual / spread)
+        fixed_error = math.sqrt(residual * (1 / n + mean_b**2 / spread))
+        return fixed, per_item, fixed_error, per_item_error
+
+
 class Pace:
-    """This learner's seconds per sample, measured between consecutive steps.
+    """This learner's seconds per sample, measured between consecutive steps, and its
+    fixed step cost (:attr:`cost`).
 
     Args:
         clock: a monotonic clock in seconds (``time.monotonic`` unless a test drives one).
@@ -86,6 +167,7 @@ class Pace:
         self._clock = clock
         self._last: float | None = None
         self.seconds_per_sample = 0.0
+        self.cost = StepCost()
 
     def stepped(self, samples: int) -> None:
         """Count one step of ``samples`` samples, ended now."""
@@ -97,6 +179,7 @@ class Pace:
             else:
                 interval = min(interval, OUTLIER * self.seconds_per_sample)
                 self.seconds_per_sample += SMOOTHING * (interval - self.seconds_per_sample)
+            self.cost.stepped(samples, interval * samples)
         self._last = now
 
     def restart(self) -> None:
@@ -127,13 +210,25 @@ class GroupPace:
     def fastest_seconds_per_sample(self) -> float | None:
         return min((p.seconds_per_sample for p in self.paces.values()), default=None)
 
-    def batch_for(self, batch_size: int) -> int:
-        """This learner's batch: ``batch_size`` scaled by its speed over the fastest's."""
+    def batch_for(self, batch_size: int, fixed_items: float = 0.0) -> int:
+        """This learner's batch: the items it can train on in the fastest learner's step
+        time at ``batch_size``, but not below ``fixed_items`` (its :class:`StepCost`).
+
+        With steps that cost in proportion to their items (``fixed_items = 0``) that is
+        ``batch_size`` scaled by its speed over the fastest's. Otherwise a step of ``x``
+        items takes ``(x + fixed_items) / (b + fixed_items)`` of its step at its batch
+        ``b`` now, which gives the ``x`` that fits. Below ``fixed_items`` more than half
+        of each step would be the fixed part: the learner gives up that little freshness
+        and keeps its items.
+        """
         fastest = self.fastest_seconds_per_sample()
         mine = self.paces.get(self.me)
         if fastest is None or mine is None:
             return batch_size
-        return max(1, min(batch_size, round(batch_size * fastest / mine.seconds_per_sample)))
+        target = batch_size * fastest
+        fixed = min(fixed_items, float(batch_size))
+        fits = target * (mine.batch + fixed) / mine.step_seconds - fixed
+        return max(1, min(batch_size, round(max(fits, fixed))))
 
     def group_batch(self) -> float:
         """Samples the group trains on in one step time of its fastest-stepping learner."""
@@ -230,7 +325,7 @@ class Work:
         self._steps += 1
         if self.batch_size is not None:
             self.batch = GroupPace(self.others, self.learner, self.mine()).batch_for(
-                self.batch_size
+                self.batch_size, self.pace.cost.items
             )
 
     def group_batch(self) -> float:
