@@ -26,7 +26,10 @@ takes the learners' CPU.
 
 Scenarios: ``static`` (1/2/2/4), ``mild`` (1/1.25/1.67/2), ``jitter3`` and ``jitter5``
 (per-step lognormal factor, sigma 0.3 and 0.5, mean 1), ``wide`` (eight learners at
-1/2/2/4/4/8/8/8: stale deltas at an 8:1 speed ratio), ``slowdown`` (the fastest learner
+1/2/2/4/4/8/8/8: stale deltas at an 8:1 speed ratio), ``overhead3`` and ``overhead5``
+(static paces, but 30 % or 50 % of a GPU's step at ``BATCH`` items is a fixed part that
+no item adds, as kernel launches and the optimizer's update are on a real GPU; the
+exchange against the fastest alone), ``slowdown`` (the fastest learner
 3x slower from half of static lockstep's time), ``churn`` (learner 1 killed at 40 % of
 the static exchange's time, a learner of pace 2 joining at 60 %; exchange only: lockstep
 would have to restart).
@@ -222,6 +225,10 @@ def scenario_plans(name: str, reference: Any) -> tuple[dict[str, Any], list[str]
         return {"paces": PACES["mild"]}, ["alone", "lockstep", "exchange"]
     if name.startswith("jitter"):
         return {"sigma": int(name[-1]) / 10}, ["alone", "lockstep", "adaptive", "exchange"]
+    if name.startswith("overhead"):
+        # Lockstep's batches in proportion to pace are the wrong peer here: with a fixed
+        # part, a GPU's step time is not in proportion to its batch.
+        return {"fixed": int(name[-1]) / 10}, ["alone", "exchange"]
     if name == "slowdown":
         return {"slow_at": 0.5 * reference("lockstep")}, [
             "alone",
@@ -246,7 +253,8 @@ def main() -> None:
     parser.add_argument(
         "--scenarios",
         default="static,mild,jitter3,jitter5,slowdown,churn",
-        help="comma-separated, of static, mild, jitter3, jitter5, slowdown, churn, wide",
+        help="comma-separated, of static, mild, jitter3, jitter5, slowdown, churn, wide, "
+        "overhead3, overhead5",
     )
     parser.add_argument(
         "--methods",

@@ -50,6 +50,7 @@ class Plan:
     base_s: float
     batch: int
     sigma: float = 0.0
+    fixed: float = 0.0
     slow_at: float | None = None
     kill: tuple[int, float] | None = None
     sizing: str = "equal"
@@ -107,7 +108,9 @@ class Pacer:
         jitter = 1.0
         if plan.sigma > 0:
             jitter = math.exp(self.random.gauss(-(plan.sigma**2) / 2, plan.sigma))
-        return pace * plan.base_s * items / plan.batch * jitter
+        # A step's fixed part (launches, the optimizer's update) does not shrink with its batch.
+        share = plan.fixed + (1 - plan.fixed) * items / plan.batch
+        return pace * plan.base_s * share * jitter
 
     def pad(self, started: float, items: int) -> float:
         """Sleep out the rest of a step that began at ``started``; return its length."""
