@@ -602,18 +602,50 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "exchange-step-cost-not-measured",
         "_exchange/pace.py",
-        (("            self.cost.stepped(samples, interval * samples)\n", ""),),
+        (
+            (
+                (
+                    "            self.cost.stepped(samples, took)  # whole: its fit leaves "
+                    "stalls out itself\n"
+                ),
+                "",
+            ),
+        ),
         ("tests/torch/test_exchange_pace.py",),
-        "a learner never measures its fixed step cost: one whose step no batch makes as short "
-        "as the fastest's shrinks to a batch of 1 or 2 and throws most of its items away",
+        (
+            "a learner never measures its fixed step cost: one whose step no batch "
+            "makes as short as the fastest's shrinks to a batch of 1 or 2 and "
+            "throws most of its items away"
+        ),
+    ),
+    Mutant(
+        "exchange-step-cost-clamped-times",
+        "_exchange/pace.py",
+        (
+            (
+                "self.cost.stepped(samples, took)",
+                (
+                    "self.cost.stepped(samples, min(took, OUTLIER * self.seconds_per_sample"
+                    " * samples) if self.seconds_per_sample > 0 else took)"
+                ),
+            ),
+        ),
+        ("tests/torch/test_exchange_pace.py",),
+        (
+            "the fit is fed step times capped as the pace's smoothing caps them: a "
+            "sudden fall in batch looks cheaper than it was and the fixed part is "
+            "under-measured"
+        ),
     ),
     Mutant(
         "exchange-step-cost-ignored",
         "_exchange/pace.py",
         (("round(max(fits, fixed))", "round(fits)"),),
         ("tests/torch/test_exchange_pace.py",),
-        "the batch rule ignores the floor a fixed step cost sets: the latency-bound learner "
-        "shrinks to a batch of 2 again",
+        (
+            "the batch rule ignores the floor a fixed step cost sets: the latency-"
+            "bound learner shrinks to a batch of 2 again"
+        ),
     ),
     Mutant(
         "exchange-step-cost-not-in-the-fit",
@@ -625,8 +657,11 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         ("tests/torch/test_exchange_pace.py",),
-        "the batch that fits in the fastest's step time is worked out as if steps cost in "
-        "proportion to their items: a learner with a fixed part steps slower than the fastest",
+        (
+            "the batch that fits in the fastest's step time is worked out as if "
+            "steps cost in proportion to their items: a learner with a fixed part "
+            "steps slower than the fastest"
+        ),
     ),
     Mutant(
         "exchange-step-cost-not-passed",
@@ -637,23 +672,28 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "exchange-step-cost-noise-taken-for-fixed",
-        "_exchange/pace.py",
-        (("least_fixed = fixed - 2 * fixed_error", "least_fixed = fixed"),),
+        "_exchange/step_cost.py",
+        (("least_fixed = fixed - 3 * fixed_error", "least_fixed = fixed"),),
         ("tests/torch/test_exchange_pace.py",),
-        "the fitted fixed part is taken whole, noise and all: a proportional learner whose "
-        "steps jitter takes more items than its share, and steps slower",
+        (
+            "the fitted fixed part is taken whole, noise and all: a proportional "
+            "learner whose steps jitter takes more items than its share, and steps "
+            "slower"
+        ),
     ),
     Mutant(
         "exchange-step-cost-item-noise-ignored",
-        "_exchange/pace.py",
-        (("most_per_item = per_item + 2 * per_item_error", "most_per_item = per_item"),),
+        "_exchange/step_cost.py",
+        (("most_per_item = per_item + 3 * per_item_error", "most_per_item = per_item"),),
         ("tests/torch/test_exchange_pace.py",),
-        "a noisy, nearly flat fit divides by a cost per item near 0: a jittering proportional "
-        "learner is taken for a latency-bound one",
+        (
+            "a noisy, nearly flat fit divides by a cost per item near 0: a "
+            "jittering proportional learner is taken for a latency-bound one"
+        ),
     ),
     Mutant(
         "exchange-step-cost-below-zero",
-        "_exchange/pace.py",
+        "_exchange/step_cost.py",
         (
             (
                 "        if least_fixed <= 0:\n            self.items = 0.0\n        elif",
@@ -661,38 +701,99 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         ("tests/torch/test_exchange_pace.py",),
-        "a fit whose fixed part is below 0 within its noise gives a negative one: the batch "
-        "rule then sizes a proportional learner as if small batches cost less than their items",
+        (
+            "a fit whose fixed part is below 0 within its noise gives a negative "
+            "one: the batch rule then sizes a proportional learner as if small "
+            "batches cost less than their items"
+        ),
     ),
     Mutant(
         "exchange-step-cost-any-line",
-        "_exchange/pace.py",
-        (("        if math.sqrt(residual) > COST_NOISE * mean_t:\n            return None\n", ""),),
+        "_exchange/step_cost.py",
+        (
+            (
+                ("        if math.sqrt(residual) > COST_NOISE * mean_t:\n            return None"),
+                "        if False:\n            return None",
+            ),
+        ),
         ("tests/torch/test_exchange_pace.py", "tests/torch/test_exchange_recipe.py"),
-        "a line through steps at two speeds (the GPU slowed while its batch shrank) is taken "
-        "for a fixed cost: the learner that slowed keeps more items than its share",
+        (
+            "a line through steps at two speeds (the GPU slowed while its batch "
+            "shrank) is taken for a fixed cost: the learner that slowed keeps more "
+            "items than its share"
+        ),
+    ),
+    Mutant(
+        "exchange-step-cost-slower-as-it-shrank",
+        "_exchange/step_cost.py",
+        (
+            (
+                (
+                    "        if per_item + 2 * math.sqrt(residual / spread) < -tiny:"
+                    "\n            return None"
+                ),
+                "        if False:\n            return None",
+            ),
+        ),
+        ("tests/torch/test_exchange_pace.py",),
+        (
+            "a GPU slowing while its batch follows it down is taken for one whose "
+            "items cost nothing: it is asked for twice its largest batch and steps "
+            "far slower than the fastest"
+        ),
+    ),
+    Mutant(
+        "exchange-step-cost-stalls-kept",
+        "_exchange/step_cost.py",
+        (("kept = _below_the_stalls(steps)", "kept = steps"),),
+        ("tests/torch/test_exchange_pace.py",),
+        (
+            "stalls (a log flush, an evaluation) stay in the fit: no line describes"
+            " the steps, the fixed part fades, and the latency-bound learner "
+            "shrinks to a batch of 1 for good"
+        ),
+    ),
+    Mutant(
+        "exchange-step-cost-stalls-judged-by-their-own-line",
+        "_exchange/step_cost.py",
+        (("line = _least_squares(quartiles)", "line = _least_squares(steps)"),),
+        ("tests/torch/test_exchange_pace.py",),
+        (
+            "stalls are judged against a least-squares line that bends toward them "
+            "when they fall at one batch: they stay in, and the fit is refused"
+        ),
+    ),
+    Mutant(
+        "exchange-step-cost-no-clock-accepted",
+        "_exchange/step_cost.py",
+        (("if samples > 0 and 0.0 <= seconds < math.inf:", "if samples > 0:"),),
+        ("tests/torch/test_exchange_pace.py",),
+        ("a NaN or infinite step time enters the fit: the fixed part jumps to its cap"),
     ),
     Mutant(
         "exchange-step-cost-no-fade",
-        "_exchange/pace.py",
+        "_exchange/step_cost.py",
         (("            self.items *= COST_FADE\n", ""),),
         ("tests/torch/test_exchange_pace.py",),
-        "a fixed part fitted while the GPU's speed changed holds the learner's batch up for good",
+        ("a fixed part fitted while the GPU's speed changed holds the learner's batch up for good"),
     ),
     Mutant(
         "exchange-step-cost-unbounded",
-        "_exchange/pace.py",
+        "_exchange/step_cost.py",
         (("most = 2.0 * max(b for b, _ in self._steps)", "most = math.inf"),),
         ("tests/torch/test_exchange_pace.py",),
         "a flat fit makes the fixed part infinite, and it never fades back",
     ),
     Mutant(
         "exchange-step-cost-flat-not-fixed",
-        "_exchange/pace.py",
+        "_exchange/step_cost.py",
         (("            self.items = most\n", "            self.items *= COST_FADE\n"),),
         ("tests/torch/test_exchange_pace.py",),
-        "step times that do not grow with the batch are not taken for a fixed cost: the "
-        "learner whose GPU is all launches and updates shrinks to a batch of 1",
+        (
+            "step times that do not grow with the batch are not taken for a fixed "
+            "cost: the learner whose GPU is all launches and updates shrinks to a "
+            "batch of 1"
+        ),
     ),
     Mutant(
         "exchange-normal-staleness-damped",

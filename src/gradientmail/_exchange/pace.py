@@ -11,10 +11,10 @@ its ledger entry at each exchange, so every learner that reads the head sees eve
   one step of the *group batch* (the sum of their batches) per step time, as lockstep
   training with batches in proportion to speed would, without waiting for anyone. A step
   also has a cost that no item adds (kernel launches, the optimizer's update, a loader's
-  round trip): each learner measures its own (:class:`StepCost`), and a learner whose
-  fixed cost is more than half the fastest one's step time is not shrunk below the batch
-  whose items cost as much as that fixed part. Shrinking further would shorten its step
-  by little and throw most of its throughput away.
+  round trip): each learner measures its own (``gradientmail._exchange.step_cost``), and
+  a learner whose fixed cost is more than half the fastest one's step time is not shrunk
+  below the batch whose items cost as much as that fixed part. Shrinking further would
+  shorten its step by little and throw most of its throughput away.
 * **Weight** (:meth:`GroupPace.share`). A delta made of steps of ``b`` samples each moves
   the shared parameters by ``b / group batch`` of itself: its share of the samples the
   group trains on per step time. In one step time the shared model then moves by the
@@ -35,39 +35,25 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from gradientmail._exchange.noise import noise_fit
+from gradientmail._exchange.step_cost import StepCost
 
 if TYPE_CHECKING:
     import torch
 
     from gradientmail._exchange.gradients import GradientMeter
 
-__all__ = ["GroupPace", "LearnerPace", "Pace", "Progress", "StepCost", "Work"]
+__all__ = ["GroupPace", "LearnerPace", "Pace", "Progress", "Work"]
 
 #: How much of the newest step interval enters the smoothed pace (about the last ten steps).
 SMOOTHING = 0.2
 #: A step interval longer than this many times the smoothed one (an evaluation, a
 #: checkpoint, a pause) counts as this many: a slowdown still shows within a few steps.
 OUTLIER = 4.0
-#: The steps a learner's fixed step cost is fitted from: its most recent ones.
-COST_WINDOW = 48
-#: The fit needs batches this far apart in the window (largest / smallest): closer ones,
-#: under a step time's usual noise, say nothing about the cost of an item.
-COST_SPREAD = 1.5
-#: A fit whose step times stray from its line by more than this share of their mean (a
-#: step's usual jitter on a shared machine, or the GPU's speed changing within the window,
-#: which no line through one speed describes) is no evidence, and is not used.
-COST_NOISE = 0.2
-#: Without batches far enough apart, or a line that describes them, the fixed cost last
-#: fitted fades by this factor a step (half in about 70 steps): a fit that came out too
-#: large cannot hold a learner's batch up for good, and as the batch shrinks again the
-#: sizes it visits are measured afresh.
-COST_FADE = 0.99
 
 
 @dataclass(frozen=True)
@@ -95,66 +81,6 @@ class LearnerPace:
         return self.batch > 0 and self.seconds_per_sample > 0
 
 
-class StepCost:
-    """The part of this learner's step time that no item adds, in items' worth.
-
-    A step of ``b`` items takes about ``fixed + per_item x b`` seconds. Proportional
-    pacing (``fixed = 0``) is what a learner assumes until its own steps show otherwise:
-    a least-squares line through its last :data:`COST_WINDOW` step times, once they
-    include batches far enough apart (:data:`COST_SPREAD`). Only what the steps show
-    beyond their noise counts: :attr:`items` is the fixed cost two standard errors below
-    the fitted one (0 if that is not above 0) over the cost of an item two standard errors
-    above, so a proportional learner whose step times jitter is not taken for one with a
-    fixed cost. A slowdown of the whole GPU leaves :attr:`items` as it is; step times that
-    do not grow with the batch make it twice the largest batch measured.
-    """
-
-    def __init__(self) -> None:
-        self._steps: deque[tuple[int, float]] = deque(maxlen=COST_WINDOW)
-        self.items = 0.0
-
-    def stepped(self, samples: int, seconds: float) -> None:
-        """Count one step of ``samples`` items that took ``seconds``."""
-        self._steps.append((samples, seconds))
-        fit = self._fit()
-        if fit is None:
-            self.items *= COST_FADE
-            return
-        fixed, per_item, fixed_error, per_item_error = fit
-        least_fixed = fixed - 2 * fixed_error
-        most_per_item = per_item + 2 * per_item_error
-        # At most twice the window's largest batch: a learner never takes more than that
-        # for its fixed part, and a fit that overshot fades back from there.
-        most = 2.0 * max(b for b, _ in self._steps)
-        if least_fixed <= 0:
-            self.items = 0.0
-        elif most_per_item <= 0:  # a fixed part, and items that cost nothing to see
-            self.items = most
-        else:
-            self.items = min(most, least_fixed / most_per_item)
-
-    def _fit(self) -> tuple[float, float, float, float] | None:
-        """The line ``fixed + per_item x b`` through the window, and the standard errors of
-        both; ``None`` while its batches are too close together to tell them apart, or the
-        line does not describe them (:data:`COST_NOISE`)."""
-        steps = self._steps
-        batches = [b for b, _ in steps]
-        n = len(steps)
-        if n < 3 or max(batches) < COST_SPREAD * min(batches):
-            return None
-        mean_b = sum(batches) / n
-        mean_t = sum(t for _, t in steps) / n
-        spread = sum((b - mean_b) ** 2 for b in batches)
-        per_item = sum((b - mean_b) * (t - mean_t) for b, t in steps) / spread
-        fixed = mean_t - per_item * mean_b
-        residual = sum((t - fixed - per_item * b) ** 2 for b, t in steps) / (n - 2)
-        if math.sqrt(residual) > COST_NOISE * mean_t:
-            return None
-        per_item_error = math.sqrt(residual / spread)
-        fixed_error = math.sqrt(residual * (1 / n + mean_b**2 / spread))
-        return fixed, per_item, fixed_error, per_item_error
-
-
 class Pace:
     """This learner's seconds per sample, measured between consecutive steps, and its
     fixed step cost (:attr:`cost`).
@@ -173,13 +99,14 @@ class Pace:
         """Count one step of ``samples`` samples, ended now."""
         now = self._clock()
         if self._last is not None and samples > 0:
-            interval = max(0.0, now - self._last) / samples
+            took = max(0.0, now - self._last)
+            self.cost.stepped(samples, took)  # whole: its fit leaves stalls out itself
+            interval = took / samples
             if self.seconds_per_sample <= 0:
                 self.seconds_per_sample = interval
             else:
                 interval = min(interval, OUTLIER * self.seconds_per_sample)
                 self.seconds_per_sample += SMOOTHING * (interval - self.seconds_per_sample)
-            self.cost.stepped(samples, interval * samples)
         self._last = now
 
     def restart(self) -> None:
