@@ -204,6 +204,13 @@ def print_seed(name: str, seed: int, results: dict[str, list[dict[str, Any]]], a
             f"{_seconds(row[f't{t}'])} ({_fmt(row.get(f'x{t}', math.nan))})" for t in args.targets
         )
         print(f"  {method:<9} {cells}   wall {row['wall']:.0f}s")
+        learners = sorted(
+            (r for r in runs[-1]["reports"] if isinstance(r, dict) and "items" in r),
+            key=lambda r: r["rank"],
+        )
+        if learners:  # the exchange: what each learner took a step, by rank (pace)
+            mean = "/".join(f"{r['items'] / max(1, r['stats'].steps):.1f}" for r in learners)
+            print(f"  {'':<9} items a step, each learner's mean by rank: {mean}")
 
 
 #: Each scenario's paces (step time per item, the fastest 1), static unless named.

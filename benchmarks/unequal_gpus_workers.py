@@ -307,10 +307,12 @@ def exchange_learner(
     if joined is None:
         began = _ready(start)
     pacer = Pacer(plan, rank, pace, began)
+    taken = 0
     with exchange, shared_queue(units, mailbox=box, learner_id=learner, load=load) as indices:
         for index in indices:
             started = time.perf_counter()
             size = exchange.batch_size
+            taken += size
             loss = task.loss(model, task.batch(batch_number(plan, index), size))
             optimizer.zero_grad()
             loss.backward()
@@ -322,7 +324,8 @@ def exchange_learner(
                 os._exit(0)  # killed: no final exchange, no release
             if stop.is_set():
                 break
-    out.put(("done", rank, {"stats": exchange.stats, "batch": exchange.batch_size}))
+    report = {"stats": exchange.stats, "batch": exchange.batch_size, "items": taken, "rank": rank}
+    out.put(("done", rank, report))
 
 
 def _grad(p: torch.Tensor) -> torch.Tensor:
