@@ -24,12 +24,8 @@ COST_SPREAD = 1.5
 #: Steps further above the fitted line than this many robust deviations (an evaluation,
 #: a checkpoint, a stall, a new batch shape's first step) are left out of the fit.
 COST_OUTLIER = 3.0
-#: A fit whose remaining steps stray from its line by more than this share of their mean
-#: (a step's jitter on a shared machine, or the GPU's speed changing within the window,
-#: which no line through one speed describes) is no evidence, and is not used.
-COST_NOISE = 0.2
-#: Without batches far enough apart, or a line that describes them, the fixed cost last
-#: fitted fades by this factor a step (half in about 70 steps): a fit that came out too
+#: Without batches far enough apart, or with steps slower as the batch shrank, the fixed
+#: cost last fitted fades by this factor a step (half in about 70 steps): a fit that came out too
 #: large cannot hold a learner's batch up for good, and as the batch shrinks again the
 #: sizes it visits are measured afresh.
 COST_FADE = 0.99
@@ -46,10 +42,9 @@ class StepCost:
     counts: :attr:`items` is the fixed cost three standard errors below the fitted one (0
     if that is not above 0) over the cost of an item three standard errors above, so a
     proportional learner whose step times jitter is not taken for one with a fixed cost.
-    Steps that lie too far from any line (:data:`COST_NOISE`), or whose time falls as the
-    batch grows (a GPU slowing while its batch shrinks to follow), show nothing, and the
-    last fit fades (:data:`COST_FADE`). A fixed part and items that cost nothing to see
-    make :attr:`items` twice the largest batch measured.
+    Steps whose time falls as the batch grows (a GPU slowing while its batch shrinks to
+    follow) show nothing, and the last fit fades (:data:`COST_FADE`). A fixed part and
+    items that cost nothing to see make :attr:`items` twice the largest batch measured.
     """
 
     def __init__(self) -> None:
@@ -80,7 +75,7 @@ class StepCost:
     def _fit(self) -> tuple[float, float, float, float] | None:
         """The line ``fixed + per_item x b`` through the window's steps, less those far
         above it, and the standard errors of both; ``None`` while its batches are too
-        close together to tell them apart, or no line with a cost per item describes them."""
+        close together to tell them apart, or their line falls as the batch grows."""
         steps = list(self._steps)
         batches = [b for b, _ in steps]
         if len(steps) < 3 or max(batches) < COST_SPREAD * min(batches):
@@ -95,10 +90,8 @@ class StepCost:
         mean_t = sum(t for _, t in kept) / len(kept)
         fixed, per_item, residual, spread, mean_b = line
         tiny = 1e-9 * mean_t / mean_b  # what rounding leaves of a flat line's slope
-        if per_item + 2 * math.sqrt(residual / spread) < -tiny:
+        if per_item < -tiny:
             return None  # slower as its batch shrank: the GPU's speed moved, not a cost
-        if math.sqrt(residual) > COST_NOISE * mean_t:
-            return None  # jitter, or a speed that moved: no line describes these steps
         n = len(kept)
         return (
             fixed,
