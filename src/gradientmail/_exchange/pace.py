@@ -13,8 +13,8 @@ its ledger entry at each exchange, so every learner that reads the head sees eve
   also has a cost that no item adds (kernel launches, the optimizer's update, a loader's
   round trip): each learner measures its own (``gradientmail._exchange.step_cost``), and
   a learner whose fixed cost is more than half the fastest one's step time is not shrunk
-  below the batch whose items cost as much as that fixed part. Shrinking further would
-  shorten its step by little and throw most of its throughput away.
+  below the batch whose items cost as much as that fixed part: shrinking further would
+  cut its items by far more than its step time (at most half of it).
 * **Weight** (:meth:`GroupPace.share`). A delta made of steps of ``b`` samples each moves
   the shared parameters by ``b / group batch`` of itself: its share of the samples the
   group trains on per step time. In one step time the shared model then moves by the
