@@ -2,8 +2,10 @@
 
 Four learner processes are padded to step times in proportion to their pace (1, 2, 2, 4 by
 default), so the machine's own CPU contention does not decide the result: a step of ``b``
-items at pace ``p`` takes ``p x base x b / BATCH`` seconds. In one run, on the same task,
-seed and batch numbers, it trains:
+items at pace ``p`` takes ``p x base x b / BATCH`` seconds. Everything a method does in a
+step is padded into that time: the optimizer's update, lockstep's all-reduce (DDP overlaps
+it with the backward pass on a GPU) and the exchange's hand-off; waiting for a slower rank
+is not. In one run, on the same task, seed and batch numbers, it trains:
 
 * ``alone``: the fastest learner alone, batch ``BATCH``: what you would do without the
   others;
@@ -47,7 +49,8 @@ hour on 2 cores), ``--seeds 3``, ``--scenarios static,jitter5``, ``--methods
 alone,lockstep,exchange`` (each scenario runs those of its methods named), ``--lrs lrs.json``
 (skip tuning: a file ``--save-lrs`` wrote), ``--task FILE.py`` for your own model and data
 (see ``benchmarks/tasks/bytes_transformer.py``, the default, for what the file defines;
-``benchmarks/tasks/noisy_strides.py`` is a task where more data per step clearly helps),
+``benchmarks/tasks/noisy_strides.py`` and ``benchmarks/tasks/gaussian_mixture.py`` are
+tasks where more data per step clearly helps),
 ``--exchange '{"gain": true}'`` to give the recipe's ``Exchange`` more keyword arguments
 (a JSON object; here, an A/B of the noise gain).
 """

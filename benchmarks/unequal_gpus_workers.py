@@ -114,8 +114,11 @@ class Pacer:
 
     def pad(self, started: float, items: int) -> float:
         """Sleep out the rest of a step that began at ``started``; return its length."""
-        target = self.step_seconds(items)
-        spare = target - (time.perf_counter() - started)
+        return self.pad_to(started, self.step_seconds(items))
+
+    def pad_to(self, started: float, seconds: float) -> float:
+        """Sleep until ``seconds`` after ``started``; return the step's length."""
+        spare = seconds - (time.perf_counter() - started)
         if spare > 0:
             time.sleep(spare)  # this learner's "GPU" is slower: pacing, not synchronisation
         return time.perf_counter() - started
@@ -212,11 +215,15 @@ def lockstep_rank(plan: Plan, rank: int, out: Any, start: Any, stop: Any, sample
     while True:
         started = time.perf_counter()
         mine = sizes[rank]
+        # The rank's step on its GPU. The all-reduce and the optimizer's update are padded
+        # into it below, as with every other method (DDP overlaps the all-reduce with the
+        # backward pass): on two cores the gloo all-reduce of four processes alone took
+        # about a quarter of a 50 ms step, which no GPU cluster would pay on top of it.
+        own = pacer.step_seconds(mine)
         loss = task.loss(model, task.batch(batch_number(plan, step * world + rank), mine))
         optimizer.zero_grad()
         (loss * mine).backward()  # a sum over items: weighted by batch once all-reduced
-        took = pacer.pad(started, mine)
-        per_sample.append(took / mine)
+        per_sample.append(max(own, time.perf_counter() - started) / mine)
         # one all-reduce carries the gradients, the stop flag and each rank's pace
         tail = torch.zeros(1 + world)
         tail[0] = float(stop.is_set() and rank == 0)
@@ -230,6 +237,7 @@ def lockstep_rank(plan: Plan, rank: int, out: Any, start: Any, stop: Any, sample
                 _grad(p).div_(mine)
             optimizer.step()
             if step % plan.diloco:
+                pacer.pad_to(started, own)
                 continue
             _diloco_round(dist, params, anchor, momentum, world)
             buffer = tail
@@ -243,6 +251,7 @@ def lockstep_rank(plan: Plan, rank: int, out: Any, start: Any, stop: Any, sample
                 _grad(p).copy_(buffer[offset : offset + n].view_as(p) / sum(sizes))
                 offset += n
             optimizer.step()
+        pacer.pad_to(started, own)  # waiting on slower ranks counts: they pace the step
         if rank == 0:
             snaps.maybe(model)
         paces = buffer[-world:].tolist()
