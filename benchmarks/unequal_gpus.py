@@ -4,8 +4,9 @@ Four learner processes are padded to step times in proportion to their pace (1, 
 default), so the machine's own CPU contention does not decide the result: a step of ``b``
 items at pace ``p`` takes ``p x base x b / BATCH`` seconds. Everything a method does in a
 step is padded into that time: the optimizer's update, lockstep's all-reduce (DDP overlaps
-it with the backward pass on a GPU) and the exchange's hand-off; waiting for a slower rank
-is not. In one run, on the same task, seed and batch numbers, it trains:
+it with the backward pass on a GPU) and the exchange's hand-off. Only waiting for a slower
+rank comes on top, as it would on GPUs. In one run, on the same task, seed and batch
+numbers, it trains:
 
 * ``alone``: the fastest learner alone, batch ``BATCH``: what you would do without the
   others;

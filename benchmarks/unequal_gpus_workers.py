@@ -112,16 +112,15 @@ class Pacer:
         share = plan.fixed + (1 - plan.fixed) * items / plan.batch
         return pace * plan.base_s * share * jitter
 
-    def pad(self, started: float, items: int) -> float:
-        """Sleep out the rest of a step that began at ``started``; return its length."""
-        return self.pad_to(started, self.step_seconds(items))
+    def pad(self, started: float, items: int) -> None:
+        """Sleep out the rest of a step of ``items`` that began at ``started``."""
+        self.pad_to(started, self.step_seconds(items))
 
-    def pad_to(self, started: float, seconds: float) -> float:
-        """Sleep until ``seconds`` after ``started``; return the step's length."""
+    def pad_to(self, started: float, seconds: float) -> None:
+        """Sleep until ``seconds`` after ``started``."""
         spare = seconds - (time.perf_counter() - started)
         if spare > 0:
             time.sleep(spare)  # this learner's "GPU" is slower: pacing, not synchronisation
-        return time.perf_counter() - started
 
     def killed(self) -> bool:
         kill = self.plan.kill
