@@ -19,7 +19,10 @@ numbers, it trains:
   ``every``;
 * ``exchange``: the documented recipe, ``gradientmail.torch.Exchange(model,
   optimizer=..., batch_size=BATCH)`` with each learner taking ``exchange.batch_size``
-  items a step from a ``shared_queue`` of batch numbers, on ``file://``.
+  items a step from a ``shared_queue`` of batch numbers, on ``file://``;
+* ``gradients`` (only when named in ``--methods``): the best case of a gradient mode,
+  learners pushing gradients into shared memory and the push that completes the group's
+  batch taking one shared AdamW step (``unequal_gpus_gradients.py``), with no store.
 
 Every method's learning rate is tuned on a 3-point grid (seed 0, static), and the grid and
 choice are printed. Each run stops once the held-out loss reaches the last target, or at
@@ -67,12 +70,14 @@ import queue
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import unequal_gpus_report as report
+from unequal_gpus_gradients import gradient_learner, shared_state
 from unequal_gpus_workers import (
     Plan,
     exchange_learner,
@@ -94,6 +99,7 @@ GRIDS = {
     "lockstep": (1.5, 2.0, 3.0),
     "diloco": (1.0, 1.5, 2.0),
     "exchange": (1.5, 2.0, 3.0),
+    "gradients": (1.5, 2.0, 3.0),
 }
 SCORE_EVERY_S = 2.0
 
@@ -116,11 +122,17 @@ class Runner:
         work = Path(tempfile.mkdtemp(prefix=f"gm-unequal-{plan.method}-"))
         plan = replace(plan, url=f"file://{work / 'run'}", rendezvous=str(work / "rdzv"))
         out, stop, samples = ctx.Queue(), ctx.Event(), ctx.Value("q", 0)
-        target = {"alone": single, "exchange": exchange_learner}.get(plan.method, lockstep_rank)
+        targets: dict[str, Callable[..., None]] = {
+            "alone": single,
+            "exchange": exchange_learner,
+            "gradients": gradient_learner,
+        }
+        target = targets.get(plan.method, lockstep_rank)
         ranks = 1 if plan.method == "alone" else len(plan.paces)
         start = ctx.Barrier(ranks + 1)
+        extra = (shared_state(ctx, plan),) if plan.method == "gradients" else ()
         procs = [
-            ctx.Process(target=target, args=(plan, r, out, start, stop, samples))
+            ctx.Process(target=target, args=(plan, r, out, start, stop, samples, *extra))
             for r in range(ranks)
         ]
         for proc in procs:
@@ -222,13 +234,19 @@ def tune(runner: Runner, args: argparse.Namespace) -> dict[str, Any]:
 
 def scenario_plans(name: str, reference: Any) -> tuple[dict[str, Any], list[str]]:
     """What a scenario changes in a plan, and the methods it compares."""
-    everyone = ["alone", "ddp", "lockstep", "adaptive", "diloco", "exchange"]
+    everyone = ["alone", "ddp", "lockstep", "adaptive", "diloco", "exchange", "gradients"]
     if name == "static":
         return {}, everyone
     if name == "mild":
-        return {"paces": PACES["mild"]}, ["alone", "lockstep", "exchange"]
+        return {"paces": PACES["mild"]}, ["alone", "lockstep", "exchange", "gradients"]
     if name.startswith("jitter"):
-        return {"sigma": int(name[-1]) / 10}, ["alone", "lockstep", "adaptive", "exchange"]
+        return {"sigma": int(name[-1]) / 10}, [
+            "alone",
+            "lockstep",
+            "adaptive",
+            "exchange",
+            "gradients",
+        ]
     if name.startswith("overhead"):
         # Lockstep's batches in proportion to pace are the wrong peer here: with a fixed
         # part, a GPU's step time is not in proportion to its batch.
@@ -239,6 +257,7 @@ def scenario_plans(name: str, reference: Any) -> tuple[dict[str, Any], list[str]
             "lockstep",
             "adaptive",
             "exchange",
+            "gradients",
         ]
     if name == "churn":
         t = reference("exchange")
