@@ -10,8 +10,8 @@ lock, so a push costs no request, no encoding and no lost race: no store could d
 Each learner takes a batch in proportion to its pace (the true paces, as lockstep profiled
 once does), computes its gradient at the newest version it has read, adds it (a sum over
 its items) to the shared sum, and, if the sum now covers the group's batch, takes one AdamW
-step on its mean (the same update as ``torch.optim.AdamW``'s defaults, on one flat tensor)
-and starts a new sum. It never waits for the others: a gradient is computed at the version
+step on its mean (``torch.optim.AdamW`` with its defaults, over the shared buffers) and
+starts a new sum. It never waits for the others: a gradient is computed at the version
 of its step's start, one version stale when another learner's push completed a step
 meanwhile. Everything it does, its push and any step included, is padded into its step.
 """
@@ -35,20 +35,35 @@ from unequal_gpus_workers import (
     load_task,
 )
 
-#: ``torch.optim.AdamW``'s defaults, which every other method in the benchmark uses.
-BETAS, EPS, WEIGHT_DECAY = (0.9, 0.999), 1e-8, 0.01
-#: The shared scalars: the version, the items summed so far, AdamW's step count.
-VERSION, ITEMS, STEPS = range(3)
+#: The shared scalars: the version, the items summed so far.
+VERSION, ITEMS = range(2)
 
 
 def shared_state(ctx: Any, plan: Plan) -> tuple[Any, list[Any], Any]:
-    """The lock, the four flat buffers (parameters, two moments, the gradient sum) with the
-    parameters set to seed ``plan.seed``'s model, and the shared scalars."""
+    """The lock; the flat buffers of the parameters (set to seed ``plan.seed``'s model),
+    AdamW's step count and two moments, and the gradient sum; and the shared scalars."""
     model = fresh_model(load_task(plan.task), plan.seed)
     flat = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
-    buffers = [ctx.RawArray("f", flat.numel()) for _ in range(4)]
+    n = flat.numel()
+    buffers = [ctx.RawArray("f", size) for size in (n, 1, n, n, n)]
     torch.frombuffer(buffers[0], dtype=torch.float32).copy_(flat)
-    return ctx.Lock(), buffers, ctx.RawArray("d", 3)
+    return ctx.Lock(), buffers, ctx.RawArray("d", 2)
+
+
+def shared_adamw(lr: float, buffers: list[Any]) -> tuple[torch.optim.AdamW, torch.Tensor]:
+    """A ``torch.optim.AdamW`` (its defaults, as every other method uses) whose parameter
+    and state are the shared buffers, and the gradient sum: whichever learner steps it, the
+    update lands in shared memory (``load_state_dict`` keeps tensors of the parameter's
+    dtype and device as they are, so the state stays those buffers)."""
+    params, step, moment, square, summed = (
+        torch.frombuffer(b, dtype=torch.float32) for b in buffers
+    )
+    shared = torch.nn.Parameter(params, requires_grad=False)
+    optimizer = torch.optim.AdamW([shared], lr=lr)
+    state = optimizer.state_dict()
+    state["state"] = {0: {"step": step.view(()), "exp_avg": moment, "exp_avg_sq": square}}
+    optimizer.load_state_dict(state)
+    return optimizer, summed
 
 
 def gradient_learner(
@@ -58,12 +73,16 @@ def gradient_learner(
     the push completes the group's batch."""
     task, model, _ = _setup(plan)
     lock, buffers, scalars = shared
-    params, moment, square, summed = (torch.frombuffer(b, dtype=torch.float32) for b in buffers)
+    optimizer, summed = shared_adamw(plan.lr, buffers)
+    (shared_params,) = optimizer.param_groups[0]["params"]
     mine_params = list(model.parameters())
     speeds = [1 / p for p in plan.paces]
     sizes = _proportional(speeds, round(plan.batch * sum(speeds) / max(speeds)))
     group, mine, world = sum(sizes), sizes[rank], len(plan.paces)
-    local = torch.empty_like(params)
+    # The model's parameters become views of one local vector: a new version is one copy.
+    local = torch.empty_like(summed)
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(local, mine_params)
     have = -1.0
     began = _ready(start)
     pacer, snaps = Pacer(plan, rank, plan.paces[rank], began), Snapshots(out, began)
@@ -74,9 +93,7 @@ def gradient_learner(
         with lock:
             if scalars[VERSION] != have:
                 have = scalars[VERSION]
-                local.copy_(params)
-        with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(local, mine_params)
+                local.copy_(shared_params)
         loss = task.loss(model, task.batch(batch_number(plan, step * world + rank), mine))
         model.zero_grad()
         (loss * mine).backward()  # a sum over items: the shared sum weighs each by its batch
@@ -86,9 +103,8 @@ def gradient_learner(
             summed.add_(gradient)
             scalars[ITEMS] += mine
             if scalars[ITEMS] >= group:
-                scalars[STEPS] += 1
-                mean = summed / scalars[ITEMS]
-                _adamw(plan.lr, int(scalars[STEPS]), (params, moment, square), mean)
+                shared_params.grad = summed / scalars[ITEMS]
+                optimizer.step()
                 summed.zero_()
                 scalars[ITEMS] = 0
                 scalars[VERSION] += 1
@@ -100,15 +116,3 @@ def gradient_learner(
     if rank == 0:
         snaps.maybe(model, force=True)
     out.put(("done", rank, {"sizes": sizes}))
-
-
-def _adamw(lr: float, steps: int, state: tuple[torch.Tensor, ...], gradient: torch.Tensor) -> None:
-    """Step ``steps`` of ``torch.optim.AdamW`` (its defaults) on flat tensors, in place:
-    ``state`` is the parameters and the two moments."""
-    params, moment, square = state
-    beta1, beta2 = BETAS
-    moment.mul_(beta1).add_(gradient, alpha=1 - beta1)
-    square.mul_(beta2).addcmul_(gradient, gradient, value=1 - beta2)
-    params.mul_(1 - lr * WEIGHT_DECAY)
-    denominator = (square / (1 - beta2**steps)).sqrt_().add_(EPS)
-    params.addcdiv_(moment, denominator, value=-lr / (1 - beta1**steps))
